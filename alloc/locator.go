@@ -1,0 +1,87 @@
+package alloc
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Locator names a byte range of a registered region anywhere in the job: the
+// paper's RemoteMemoryLocator. It is what peers exchange to reach each other's
+// memory; every remote access is checked against Key and the region's bounds.
+//
+// Wire format (LocatorSize bytes, little-endian, see docs/wire.md):
+//
+//	offset  size  field
+//	0       4     Process  (uint32, the owner's process rank)
+//	4       4     Region   (uint32, region ID within that process; 0 is never used)
+//	8       8     Offset   (uint64, byte offset in the region)
+//	16      8     Length   (uint64, bytes)
+//	24      8     Key      (uint64, the region's random access key)
+type Locator struct {
+	Process uint32
+	Region  uint32
+	Offset  uint64
+	Length  uint64
+	Key     uint64
+}
+
+// LocatorSize is the encoded size of a Locator.
+const LocatorSize = 32
+
+// AppendBinary appends the wire encoding of l to b (encoding.BinaryAppender).
+func (l Locator) AppendBinary(b []byte) ([]byte, error) {
+	b = binary.LittleEndian.AppendUint32(b, l.Process)
+	b = binary.LittleEndian.AppendUint32(b, l.Region)
+	b = binary.LittleEndian.AppendUint64(b, l.Offset)
+	b = binary.LittleEndian.AppendUint64(b, l.Length)
+	b = binary.LittleEndian.AppendUint64(b, l.Key)
+	return b, nil
+}
+
+// MarshalBinary returns the wire encoding of l.
+func (l Locator) MarshalBinary() ([]byte, error) {
+	return l.AppendBinary(make([]byte, 0, LocatorSize))
+}
+
+// UnmarshalBinary decodes exactly LocatorSize bytes. Region 0, and ranges
+// whose end overflows 64 bits, are rejected: no real region produces them.
+func (l *Locator) UnmarshalBinary(b []byte) error {
+	if len(b) != LocatorSize {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrBadLocator, len(b), LocatorSize)
+	}
+	v := Locator{
+		Process: binary.LittleEndian.Uint32(b[0:]),
+		Region:  binary.LittleEndian.Uint32(b[4:]),
+		Offset:  binary.LittleEndian.Uint64(b[8:]),
+		Length:  binary.LittleEndian.Uint64(b[16:]),
+		Key:     binary.LittleEndian.Uint64(b[24:]),
+	}
+	if v.Region == 0 {
+		return fmt.Errorf("%w: region ID 0", ErrBadLocator)
+	}
+	if v.Offset+v.Length < v.Offset {
+		return fmt.Errorf("%w: offset %d + length %d overflows", ErrBadLocator, v.Offset, v.Length)
+	}
+	*l = v
+	return nil
+}
+
+// Sub returns the locator of [off, off+n) inside l.
+func (l Locator) Sub(off, n uint64) (Locator, error) {
+	if off > l.Length || n > l.Length-off {
+		return Locator{}, fmt.Errorf("%w: [%d,+%d) of a %d-byte locator", ErrOutOfRange, off, n, l.Length)
+	}
+	l.Offset += off
+	l.Length = n
+	return l, nil
+}
+
+// String prints the locator without its key, so logs never leak keys.
+func (l Locator) String() string {
+	return fmt.Sprintf("p%d/r%d[%d,+%d)", l.Process, l.Region, l.Offset, l.Length)
+}
+
+// checkRange reports whether [off, off+n) fits in size bytes without overflow.
+func checkRange(off, n, size uint64) bool {
+	return off <= size && n <= size-off
+}
