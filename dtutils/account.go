@@ -1,0 +1,44 @@
+package dtutils
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// sqAccount bounds the unsignaled operations outstanding on a send queue, as
+// a verbs device does: an unsignaled operation is retired only when a later
+// signaled one is polled from the completion queue.
+type sqAccount struct {
+	max     uint64
+	posted  atomic.Uint64 // unsignaled operations posted so far
+	retired atomic.Uint64 // of which retired by a polled signaled completion
+}
+
+// postUnsignaled counts one more unsignaled operation, or refuses it.
+func (a *sqAccount) postUnsignaled() error {
+	for {
+		p, r := a.posted.Load(), a.retired.Load()
+		if p-r >= a.max {
+			return fmt.Errorf("%w: %d outstanding, MaxUnsignaled %d", ErrUnsignaledOverflow, p-r, a.max)
+		}
+		if a.posted.CompareAndSwap(p, p+1) {
+			return nil
+		}
+	}
+}
+
+// snapshot is recorded in a signaled operation's completion: polling it
+// retires every unsignaled operation posted before it.
+func (a *sqAccount) snapshot() uint64 { return a.posted.Load() }
+
+func (a *sqAccount) retire(s uint64) {
+	for {
+		r := a.retired.Load()
+		if s <= r || a.retired.CompareAndSwap(r, s) {
+			return
+		}
+	}
+}
+
+// outstanding returns the unsignaled operations not yet retired.
+func (a *sqAccount) outstanding() int { return int(a.posted.Load() - a.retired.Load()) }

@@ -1,0 +1,42 @@
+package dtutils
+
+import (
+	"runtime"
+	"time"
+)
+
+// Backoff is the waiting discipline of every poll loop here: spin briefly
+// (cheap when the answer is microseconds away), then yield the processor,
+// then sleep with growing pauses, so an idle waiter costs almost nothing on a
+// 2-core machine. Loops that can sleep on a doorbell stop calling Backoff
+// once Sleepy reports true and block instead.
+type Backoff struct {
+	n int
+}
+
+const (
+	spinRounds  = 64
+	yieldRounds = 64
+	maxPause    = time.Millisecond
+)
+
+// Wait performs one round of waiting.
+func (b *Backoff) Wait() {
+	b.n++
+	switch {
+	case b.n <= spinRounds:
+		// Busy: the common case of a reply already on its way.
+	case b.n <= spinRounds+yieldRounds:
+		runtime.Gosched()
+	default:
+		d := time.Duration(b.n-spinRounds-yieldRounds) * 10 * time.Microsecond
+		time.Sleep(min(d, maxPause))
+	}
+}
+
+// Sleepy reports whether the spinning and yielding phases are over: a loop
+// with a doorbell should now announce that it sleeps and block on it.
+func (b *Backoff) Sleepy() bool { return b.n > spinRounds+yieldRounds }
+
+// Reset starts over after progress.
+func (b *Backoff) Reset() { b.n = 0 }

@@ -1,0 +1,96 @@
+package dtutils
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// CompletionQueue delivers completions. Poll never blocks; Wait spins, yields,
+// then sleeps until a completion arrives or ctx ends. Both are safe for
+// concurrent use.
+type CompletionQueue interface {
+	// Poll moves up to len(dst) completions into dst and returns how many.
+	Poll(dst []Completion) int
+	// Wait is Poll that waits for at least one completion.
+	Wait(ctx context.Context, dst []Completion) (int, error)
+}
+
+// memCQ is the in-process completion queue of a queue pair's send side: a
+// growable ring under a mutex (allocation-free once grown), with a doorbell
+// that producers ring only when a waiter said it sleeps.
+type memCQ struct {
+	mu       sync.Mutex
+	buf      []Completion
+	head, n  int
+	acct     *sqAccount
+	sleepers atomic.Int32
+	bell     chan struct{}
+}
+
+func newMemCQ(acct *sqAccount) *memCQ {
+	return &memCQ{buf: make([]Completion, 64), acct: acct, bell: make(chan struct{}, 1)}
+}
+
+func (q *memCQ) push(c Completion) {
+	q.mu.Lock()
+	if q.n == len(q.buf) {
+		nb := make([]Completion, 2*len(q.buf))
+		for i := 0; i < q.n; i++ {
+			nb[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = nb, 0
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = c
+	q.n++
+	q.mu.Unlock()
+	if q.sleepers.Load() > 0 {
+		select {
+		case q.bell <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (q *memCQ) Poll(dst []Completion) int {
+	q.mu.Lock()
+	k := min(len(dst), q.n)
+	for i := 0; i < k; i++ {
+		dst[i] = q.buf[q.head]
+		q.head = (q.head + 1) % len(q.buf)
+	}
+	q.n -= k
+	q.mu.Unlock()
+	for i := 0; i < k; i++ {
+		if dst[i].hasRet {
+			q.acct.retire(dst[i].retire)
+		}
+	}
+	return k
+}
+
+func (q *memCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
+	var b Backoff
+	for {
+		if n := q.Poll(dst); n > 0 {
+			return n, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if !b.Sleepy() {
+			b.Wait()
+			continue
+		}
+		q.sleepers.Add(1)
+		if n := q.Poll(dst); n > 0 {
+			q.sleepers.Add(-1)
+			return n, nil
+		}
+		select {
+		case <-q.bell:
+		case <-ctx.Done():
+		}
+		q.sleepers.Add(-1)
+	}
+}

@@ -1,0 +1,37 @@
+package dtutils
+
+import "errors"
+
+// Sentinel errors of package dtutils; returned errors wrap them (errors.Is).
+var (
+	// ErrUnsignaledOverflow: posting this unsignaled operation would leave more
+	// than MaxUnsignaled unsignaled operations outstanding on the queue pair.
+	// A correct selective-signaling protocol never sees it.
+	ErrUnsignaledOverflow = errors.New("dtutils: too many outstanding unsignaled operations")
+	// ErrRemoteAccess: the target rejected the operation (bad key, range
+	// outside the region, unknown region, misaligned atomic).
+	ErrRemoteAccess = errors.New("dtutils: remote access error")
+	// ErrReceiverNotReady: a Send or WriteImm found no posted receive.
+	ErrReceiverNotReady = errors.New("dtutils: receiver not ready (no receive posted)")
+	// ErrConnectionLost: the peer or the connection went away.
+	ErrConnectionLost = errors.New("dtutils: connection lost")
+	// ErrLength: a received message is larger than the posted buffer.
+	ErrLength = errors.New("dtutils: message larger than receive buffer")
+	// ErrNotConnected: the queue pair has not been connected yet.
+	ErrNotConnected = errors.New("dtutils: queue pair not connected")
+	// ErrClosed: the queue pair, provider or process was closed.
+	ErrClosed = errors.New("dtutils: closed")
+	// ErrBadRequest: the work request itself is malformed (unknown op, wrong
+	// local buffer size, too large, ...). Nothing was posted.
+	ErrBadRequest = errors.New("dtutils: bad work request")
+	// ErrBadEndpoint: endpoint bytes from a peer are malformed or belong to
+	// another transport.
+	ErrBadEndpoint = errors.New("dtutils: bad endpoint")
+	// ErrQueueFull: the shared receive queue has no room for another receive.
+	ErrQueueFull = errors.New("dtutils: receive queue full")
+	// ErrBadFrame: a tcp frame from the peer is malformed; the connection is
+	// dropped.
+	ErrBadFrame = errors.New("dtutils: malformed frame")
+	// ErrBadConfig: a configuration field is out of range.
+	ErrBadConfig = errors.New("dtutils: bad config")
+)

@@ -1,0 +1,34 @@
+package dtutils
+
+// fifo is a growable ring: allocation-free once it has grown to its
+// working size. Not synchronised.
+type fifo[T any] struct {
+	buf     []T
+	head, n int
+}
+
+func (f *fifo[T]) push(v T) {
+	if f.n == len(f.buf) {
+		nb := make([]T, max(16, 2*len(f.buf)))
+		for i := 0; i < f.n; i++ {
+			nb[i] = f.buf[(f.head+i)%len(f.buf)]
+		}
+		f.buf, f.head = nb, 0
+	}
+	f.buf[(f.head+f.n)%len(f.buf)] = v
+	f.n++
+}
+
+func (f *fifo[T]) pop() (T, bool) {
+	var zero T
+	if f.n == 0 {
+		return zero, false
+	}
+	v := f.buf[f.head]
+	f.buf[f.head] = zero
+	f.head = (f.head + 1) % len(f.buf)
+	f.n--
+	return v, true
+}
+
+func (f *fifo[T]) len() int { return f.n }

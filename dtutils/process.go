@@ -1,0 +1,167 @@
+package dtutils
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// ProcessConfig configures a Process. DefaultProcessConfig fills every field.
+type ProcessConfig struct {
+	// Rank is this process's rank in the job; it is Locator.Process for its
+	// memory and the Src of receives it sends.
+	Rank uint32
+	// ReceiveSlots is the capacity of the shared receive queue (receives
+	// posted and not yet filled). Default 1024; must be a power of two.
+	ReceiveSlots int
+	// MaxUnsignaled bounds the unsignaled operations outstanding on each
+	// queue pair (the device limit of verbs). Default 1024.
+	MaxUnsignaled int
+	// MaxTransfer bounds the bytes of one operation. Default 1 GiB.
+	MaxTransfer int
+}
+
+// DefaultProcessConfig returns the defaults for a process of the given rank.
+func DefaultProcessConfig(rank uint32) ProcessConfig {
+	return ProcessConfig{Rank: rank, ReceiveSlots: 1024, MaxUnsignaled: 1024, MaxTransfer: 1 << 30}
+}
+
+// VerifyConfig checks c.
+func (c ProcessConfig) VerifyConfig() error {
+	switch {
+	case c.ReceiveSlots <= 0 || c.ReceiveSlots&(c.ReceiveSlots-1) != 0 || c.ReceiveSlots > 1<<20:
+		return fmt.Errorf("%w: ReceiveSlots %d must be a power of two in [1, 2^20]", ErrBadConfig, c.ReceiveSlots)
+	case c.MaxUnsignaled <= 0:
+		return fmt.Errorf("%w: MaxUnsignaled %d must be positive", ErrBadConfig, c.MaxUnsignaled)
+	case c.MaxTransfer <= 0 || c.MaxTransfer > 1<<31:
+		return fmt.Errorf("%w: MaxTransfer %d must be in [1, 2^31]", ErrBadConfig, c.MaxTransfer)
+	}
+	return nil
+}
+
+// Process is the per-process state that every provider of the process
+// shares: the registry of registered memory, and the shared receive queue
+// (SRQ) with its receive completion queue. Both queues live in one memfd
+// region so that shm peers deliver into them directly.
+type Process struct {
+	cfg    ProcessConfig
+	reg    *alloc.Registry
+	region *alloc.Region // SRQ ring followed by the receive completion ring
+	srq    *ring
+	rcq    *ring
+	// posted and polled count receives, so that posted-but-unpolled ones
+	// never exceed the completion ring's capacity.
+	posted, polled atomic.Uint64
+}
+
+// NewProcess creates the process state and its registry.
+func NewProcess(cfg ProcessConfig) (*Process, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	reg := alloc.NewRegistry(cfg.Rank)
+	n := cfg.ReceiveSlots
+	srqBytes := ringBytes(n, recvDescSize)
+	region, err := reg.NewRegion(srqBytes+ringBytes(n, recvComplSize), alloc.RegionConfig{Name: "srq", Ladder: []alloc.Rung{alloc.Small}})
+	if err != nil {
+		reg.Close()
+		return nil, fmt.Errorf("dtutils: receive queues: %w", err)
+	}
+	mem := region.Bytes()
+	p := &Process{cfg: cfg, reg: reg, region: region}
+	if p.srq, err = initRing(mem[:srqBytes], n, recvDescSize); err == nil {
+		p.rcq, err = initRing(mem[srqBytes:], n, recvComplSize)
+	}
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Rank returns the process's rank.
+func (p *Process) Rank() uint32 { return p.cfg.Rank }
+
+// Config returns the process's configuration.
+func (p *Process) Config() ProcessConfig { return p.cfg }
+
+// Registry returns the registry of the process's registered memory.
+func (p *Process) Registry() *alloc.Registry { return p.reg }
+
+// PostRecv posts a receive buffer, registered in this process, to the shared
+// receive queue: the next Send (or WriteImm) from any peer consumes it.
+func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
+	if mem.Region() == nil || mem.Len() == 0 {
+		return fmt.Errorf("%w: receive buffer is empty", ErrBadRequest)
+	}
+	if r, ok := p.reg.Lookup(mem.Region().ID()); !ok || r != mem.Region() {
+		return fmt.Errorf("%w: receive buffer is not registered in process %d", ErrBadRequest, p.cfg.Rank)
+	}
+	loc := mem.Locator()
+	var e [recvDescSize]byte
+	recvDesc{region: loc.Region, key: loc.Key, off: loc.Offset, n: loc.Length, wrid: wrid}.put(e[:])
+	for {
+		n := p.posted.Load()
+		if n-p.polled.Load() >= uint64(p.cfg.ReceiveSlots) {
+			return fmt.Errorf("%w: %d receives posted or completed and not polled (ReceiveSlots)", ErrQueueFull, p.cfg.ReceiveSlots)
+		}
+		if p.posted.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	if !p.srq.enqueue(e[:]) { // cannot happen given the count above
+		p.posted.Add(^uint64(0))
+		return fmt.Errorf("%w: receive queue ring full", ErrQueueFull)
+	}
+	return nil
+}
+
+// RecvCQ returns the completion queue of the shared receive queue.
+func (p *Process) RecvCQ() CompletionQueue { return ringCQ{p.rcq, &p.polled} }
+
+// Close releases the process's registered memory, the receive queues included.
+func (p *Process) Close() error { return p.reg.Close() }
+
+// receiveSide is the shared receive queue of a target process, seen from
+// whoever delivers into it (the process itself, or an shm peer).
+type receiveSide struct {
+	srq, rcq *ring
+}
+
+// ringCQ reads receive completions from a completion ring.
+type ringCQ struct {
+	r      *ring
+	polled *atomic.Uint64
+}
+
+func (q ringCQ) Poll(dst []Completion) int {
+	var e [recvComplSize]byte
+	n := 0
+	for n < len(dst) && q.r.dequeue(e[:]) {
+		dst[n] = getRecvCompl(e[:])
+		n++
+	}
+	q.polled.Add(uint64(n))
+	return n
+}
+
+func (q ringCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
+	var b Backoff
+	for {
+		if n := q.Poll(dst); n > 0 {
+			return n, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if !b.Sleepy() {
+			b.Wait()
+			continue
+		}
+		// The futex sleep is bounded so that ctx is rechecked.
+		q.r.sleep(50*time.Millisecond, func() bool { return !q.r.empty() })
+	}
+}

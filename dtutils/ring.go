@@ -1,0 +1,148 @@
+package dtutils
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// ring is a bounded multi-producer multi-consumer queue of fixed-size entries
+// (D. Vyukov's algorithm) laid out in a byte slice, so that it works the same
+// in one process and between processes sharing a memfd. Its layout is part of
+// the shm wire format (docs/wire.md):
+//
+//	offset 0    uint64 magic
+//	offset 8    uint64 capacity (power of two)
+//	offset 16   uint64 entry size (bytes of data per cell)
+//	offset 64   uint64 enqueue position      (own cache line)
+//	offset 128  uint64 dequeue position      (own cache line)
+//	offset 192  uint32 sleepers              (consumers blocked on the doorbell)
+//	offset 196  uint32 doorbell              (futex word)
+//	offset 256  cells: capacity × (8-byte sequence + entry bytes, rounded to 8)
+type ring struct {
+	mem      []byte
+	capacity uint64
+	mask     uint64
+	entry    int
+	cell     int
+}
+
+const (
+	ringMagic  = 0x5345524952494e47 // "SERIRING"
+	ringHeader = 256
+)
+
+func ringBytes(capacity, entry int) int {
+	return ringHeader + capacity*cellSize(entry)
+}
+
+func cellSize(entry int) int { return 8 + (entry+7)&^7 }
+
+// initRing formats mem as an empty ring. capacity must be a power of two.
+func initRing(mem []byte, capacity, entry int) (*ring, error) {
+	if capacity <= 0 || capacity&(capacity-1) != 0 {
+		return nil, fmt.Errorf("%w: ring capacity %d is not a power of two", ErrBadConfig, capacity)
+	}
+	if len(mem) < ringBytes(capacity, entry) {
+		return nil, fmt.Errorf("%w: %d bytes for a ring needing %d", ErrBadConfig, len(mem), ringBytes(capacity, entry))
+	}
+	r := &ring{mem: mem, capacity: uint64(capacity), mask: uint64(capacity - 1), entry: entry, cell: cellSize(entry)}
+	for i := 0; i < capacity; i++ {
+		r.seq(uint64(i)).Store(uint64(i))
+	}
+	r.word(8).Store(uint64(capacity))
+	r.word(16).Store(uint64(entry))
+	r.word(0).Store(ringMagic)
+	return r, nil
+}
+
+// openRing attaches to a ring formatted by initRing (in another process).
+func openRing(mem []byte) (*ring, error) {
+	if len(mem) < ringHeader {
+		return nil, fmt.Errorf("%w: %d bytes cannot hold a ring", ErrBadEndpoint, len(mem))
+	}
+	r := &ring{mem: mem}
+	if r.word(0).Load() != ringMagic {
+		return nil, fmt.Errorf("%w: no ring at this address", ErrBadEndpoint)
+	}
+	c, e := r.word(8).Load(), r.word(16).Load()
+	if c == 0 || c&(c-1) != 0 || c > 1<<24 || e == 0 || e > 1<<12 || uint64(len(mem)) < uint64(ringBytes(int(c), int(e))) {
+		return nil, fmt.Errorf("%w: corrupt ring header (capacity %d, entry %d)", ErrBadEndpoint, c, e)
+	}
+	r.capacity, r.mask, r.entry, r.cell = c, c-1, int(e), cellSize(int(e))
+	return r, nil
+}
+
+func (r *ring) word(off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[off]))
+}
+
+func (r *ring) enqPos() *atomic.Uint64   { return r.word(64) }
+func (r *ring) deqPos() *atomic.Uint64   { return r.word(128) }
+func (r *ring) sleepers() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[192])) }
+func (r *ring) bell() *atomic.Uint32     { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[196])) }
+
+func (r *ring) cellAt(pos uint64) int { return ringHeader + int(pos&r.mask)*r.cell }
+func (r *ring) seq(pos uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[r.cellAt(pos)]))
+}
+
+// enqueue copies e (len ≤ entry) into the ring; false when full.
+func (r *ring) enqueue(e []byte) bool {
+	for {
+		pos := r.enqPos().Load()
+		s := r.seq(pos).Load()
+		switch d := int64(s - pos); {
+		case d == 0:
+			if r.enqPos().CompareAndSwap(pos, pos+1) {
+				off := r.cellAt(pos) + 8
+				copy(r.mem[off:off+r.entry], e)
+				r.seq(pos).Store(pos + 1)
+				if r.sleepers().Load() > 0 {
+					r.bell().Add(1)
+					futexWake(r.bell())
+				}
+				return true
+			}
+		case d < 0:
+			return false
+		}
+	}
+}
+
+// dequeue copies the oldest entry into e (len ≥ entry); false when empty.
+func (r *ring) dequeue(e []byte) bool {
+	for {
+		pos := r.deqPos().Load()
+		s := r.seq(pos).Load()
+		switch d := int64(s - (pos + 1)); {
+		case d == 0:
+			if r.deqPos().CompareAndSwap(pos, pos+1) {
+				off := r.cellAt(pos) + 8
+				copy(e, r.mem[off:off+r.entry])
+				r.seq(pos).Store(pos + r.capacity)
+				return true
+			}
+		case d < 0:
+			return false
+		}
+	}
+}
+
+// sleep blocks until an enqueue rings the doorbell, or d passes. The caller
+// re-polls afterwards; announcing before re-checking avoids a lost wake-up.
+func (r *ring) sleep(d time.Duration, ready func() bool) {
+	r.sleepers().Add(1)
+	v := r.bell().Load()
+	if !ready() {
+		futexWait(r.bell(), v, d)
+	}
+	r.sleepers().Add(^uint32(0))
+}
+
+// empty reports whether a dequeue would find nothing (a hint).
+func (r *ring) empty() bool {
+	pos := r.deqPos().Load()
+	return r.seq(pos).Load() != pos+1
+}

@@ -1,0 +1,389 @@
+package dtutils
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// side is one end of a connected pair of queue pairs under test.
+type side struct {
+	proc *Process
+	prov Provider
+	qp   QueuePair
+	buf  *alloc.Region // registered scratch memory
+}
+
+// transports lists every provider; the same suite runs over each.
+var transports = []struct {
+	name string
+	make func(t testing.TB, pa, pb *Process) (Provider, Provider)
+}{
+	{"loop", func(t testing.TB, pa, pb *Process) (Provider, Provider) {
+		f := NewLoopFabric()
+		return f.NewProvider(pa), f.NewProvider(pb)
+	}},
+	{"tcp", func(t testing.TB, pa, pb *Process) (Provider, Provider) {
+		a, err := NewTCP(pa, DefaultTCPConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewTCP(pb, DefaultTCPConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}},
+}
+
+func newProcess(t testing.TB, rank uint32, mut func(*ProcessConfig)) *Process {
+	t.Helper()
+	cfg := DefaultProcessConfig(rank)
+	cfg.ReceiveSlots = 64
+	if mut != nil {
+		mut(&cfg)
+	}
+	p, err := NewProcess(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// connectPair builds two processes (ranks 0 and 1) joined by one queue pair.
+func connectPair(t testing.TB, mk func(testing.TB, *Process, *Process) (Provider, Provider), mut func(*ProcessConfig)) (a, b side) {
+	t.Helper()
+	a.proc, b.proc = newProcess(t, 0, mut), newProcess(t, 1, mut)
+	a.prov, b.prov = mk(t, a.proc, b.proc)
+	t.Cleanup(func() { a.prov.Close(); b.prov.Close() })
+	var err error
+	if a.qp, err = a.prov.NewQueuePair(); err != nil {
+		t.Fatal(err)
+	}
+	if b.qp, err = b.prov.NewQueuePair(); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.qp.Connect(a.qp.Endpoint()) }()
+	if err := a.qp.Connect(b.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*side{&a, &b} {
+		if s.buf, err = s.proc.Registry().NewRegion(4<<20, alloc.RegionConfig{Name: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
+func (s side) mem(t testing.TB, off, n int) alloc.Memory {
+	t.Helper()
+	m, err := s.buf.Memory(off, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (s side) loc(t testing.TB, off, n int) alloc.Locator {
+	t.Helper()
+	l, err := s.buf.Locator(off, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// wait returns the next completion of cq, failing after 10 s.
+func wait(t testing.TB, cq CompletionQueue) Completion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var c [1]Completion
+	if _, err := cq.Wait(ctx, c[:]); err != nil {
+		t.Fatalf("no completion: %v", err)
+	}
+	return c[0]
+}
+
+func post(t testing.TB, qp QueuePair, wr WorkRequest) Completion {
+	t.Helper()
+	wr.Signaled = true
+	if err := qp.Post(wr); err != nil {
+		t.Fatalf("post %v: %v", wr.Op, err)
+	}
+	return wait(t, qp.CQ())
+}
+
+func fill(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(i*31 + seed)
+	}
+}
+
+func TestTransportSuite(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { runSuite(t, tr.make) })
+	}
+}
+
+func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, Provider)) {
+	t.Run("WriteRead", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		for _, n := range []int{0, 1, 8, 13, 64, 4096, 1 << 20} {
+			src := a.mem(t, 0, n)
+			fill(src.Bytes(), n)
+			c := post(t, a.qp, WorkRequest{Op: OpWrite, WRID: uint64(n), Local: src, Remote: b.loc(t, 1<<20, n)})
+			if c.Status != StatusSuccess || c.WRID != uint64(n) || c.Bytes != n || c.Op != OpWrite {
+				t.Fatalf("write %d: %+v", n, c)
+			}
+			if !bytes.Equal(b.buf.Bytes()[1<<20:1<<20+n], src.Bytes()) {
+				t.Fatalf("write of %d bytes: target differs", n)
+			}
+			dst := a.mem(t, 2<<20, n)
+			c = post(t, a.qp, WorkRequest{Op: OpRead, WRID: 7, Local: dst, Remote: b.loc(t, 1<<20, n)})
+			if c.Status != StatusSuccess || c.Bytes != n || !bytes.Equal(dst.Bytes(), src.Bytes()) {
+				t.Fatalf("read %d: %+v", n, c)
+			}
+		}
+	})
+	t.Run("UnsignaledAndOrder", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		// Many unsignaled writes of increasing values to one word, then a
+		// signaled read of it: in-order completion means it reads the last.
+		src := a.mem(t, 0, 8*200)
+		for i := 0; i < 200; i++ {
+			m, _ := src.Slice(8*i, 8)
+			binary.LittleEndian.PutUint64(m.Bytes(), uint64(i+1))
+			if err := a.qp.Post(WorkRequest{Op: OpWrite, Local: m, Remote: b.loc(t, 64, 8)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var none [4]Completion
+		if n := a.qp.CQ().Poll(none[:]); n != 0 {
+			t.Fatalf("unsignaled successes produced %d completions: %+v", n, none[0])
+		}
+		dst := a.mem(t, 1<<20, 8)
+		c := post(t, a.qp, WorkRequest{Op: OpRead, Local: dst, Remote: b.loc(t, 64, 8)})
+		if got := binary.LittleEndian.Uint64(dst.Bytes()); c.Status != StatusSuccess || got != 200 {
+			t.Fatalf("read after 200 writes got %d (%+v)", got, c)
+		}
+		if a.qp.Outstanding() != 0 {
+			t.Errorf("signaled completion did not retire unsignaled ops: %d outstanding", a.qp.Outstanding())
+		}
+	})
+	t.Run("Atomics", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		binary.LittleEndian.PutUint64(b.buf.Bytes()[128:], 40)
+		old := a.mem(t, 0, 8)
+		c := post(t, a.qp, WorkRequest{Op: OpFetchAdd, Local: old, Remote: b.loc(t, 128, 8), Add: 2})
+		if c.Status != StatusSuccess || binary.LittleEndian.Uint64(old.Bytes()) != 40 || binary.LittleEndian.Uint64(b.buf.Bytes()[128:]) != 42 {
+			t.Fatalf("fetch-add: %+v old %d now %d", c, binary.LittleEndian.Uint64(old.Bytes()), binary.LittleEndian.Uint64(b.buf.Bytes()[128:]))
+		}
+		post(t, a.qp, WorkRequest{Op: OpCompareSwap, Local: old, Remote: b.loc(t, 128, 8), Compare: 41, Swap: 7})
+		if binary.LittleEndian.Uint64(old.Bytes()) != 42 || binary.LittleEndian.Uint64(b.buf.Bytes()[128:]) != 42 {
+			t.Fatal("compare-swap with a wrong compare changed the word")
+		}
+		post(t, a.qp, WorkRequest{Op: OpCompareSwap, Local: old, Remote: b.loc(t, 128, 8), Compare: 42, Swap: 7})
+		if binary.LittleEndian.Uint64(b.buf.Bytes()[128:]) != 7 {
+			t.Fatal("compare-swap did not swap")
+		}
+		c = post(t, a.qp, WorkRequest{Op: OpFetchAdd, Local: old, Remote: b.loc(t, 129, 8), Add: 1})
+		if c.Status != StatusRemoteAccess {
+			t.Fatalf("misaligned atomic: %+v", c)
+		}
+		if err := a.qp.Post(WorkRequest{Op: OpFetchAdd, Local: a.mem(t, 0, 4), Remote: b.loc(t, 128, 8)}); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("4-byte atomic result buffer: %v", err)
+		}
+	})
+	t.Run("SendRecv", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		msg := a.mem(t, 0, 100)
+		fill(msg.Bytes(), 3)
+		c := post(t, a.qp, WorkRequest{Op: OpSend, WRID: 1, Local: msg, Imm: 9})
+		if c.Status != StatusReceiverNotReady {
+			t.Fatalf("send with no receive posted: %+v", c)
+		}
+		for i := 0; i < 3; i++ {
+			if err := b.proc.PostRecv(b.mem(t, 4096*i, 256), uint64(100+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 2; i++ {
+			if c := post(t, a.qp, WorkRequest{Op: OpSend, WRID: 2, Local: msg, Imm: uint32(9 + i)}); c.Status != StatusSuccess || c.Bytes != 100 {
+				t.Fatalf("send: %+v", c)
+			}
+		}
+		for i := 0; i < 2; i++ {
+			r := wait(t, b.proc.RecvCQ())
+			if r.Op != OpRecv || r.Status != StatusSuccess || r.WRID != uint64(100+i) || r.Bytes != 100 || r.Imm != uint32(9+i) || r.Src != 0 {
+				t.Fatalf("receive %d: %+v", i, r)
+			}
+			if !bytes.Equal(b.buf.Bytes()[4096*i:4096*i+100], msg.Bytes()) {
+				t.Fatal("received bytes differ")
+			}
+		}
+		// Too large for the posted buffer: both sides learn it.
+		big := a.mem(t, 0, 300)
+		if c := post(t, a.qp, WorkRequest{Op: OpSend, Local: big}); c.Status != StatusLength {
+			t.Fatalf("oversize send: %+v", c)
+		}
+		if r := wait(t, b.proc.RecvCQ()); r.Status != StatusLength || r.WRID != 102 {
+			t.Fatalf("receiver of oversize send: %+v", r)
+		}
+		// WriteImm: data lands at the target and consumes a receive.
+		b.proc.PostRecv(b.mem(t, 0, 8), 555)
+		src := a.mem(t, 512, 32)
+		fill(src.Bytes(), 5)
+		if c := post(t, a.qp, WorkRequest{Op: OpWriteImm, Local: src, Remote: b.loc(t, 8192, 32), Imm: 77}); c.Status != StatusSuccess {
+			t.Fatalf("write-imm: %+v", c)
+		}
+		r := wait(t, b.proc.RecvCQ())
+		if r.Op != OpRecvImm || r.Imm != 77 || r.WRID != 555 || r.Bytes != 32 || !bytes.Equal(b.buf.Bytes()[8192:8224], src.Bytes()) {
+			t.Fatalf("write-imm receive: %+v", r)
+		}
+	})
+	t.Run("RemoteAccessChecks", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		snapshot := append([]byte(nil), b.buf.Bytes()...)
+		src := a.mem(t, 0, 64)
+		fill(src.Bytes(), 1)
+		good := b.loc(t, 0, 64)
+		cases := map[string]alloc.Locator{}
+		l := good
+		l.Key ^= 0x10
+		cases["wrong key"] = l
+		l = good
+		l.Offset = uint64(b.buf.Size()) - 32
+		cases["past the end"] = l
+		l = good
+		l.Region = 9999
+		cases["unknown region"] = l
+		l = good
+		l.Process = 5
+		cases["other process"] = l
+		l = good
+		l.Offset = 1<<64 - 16
+		cases["offset overflow"] = l
+		for name, loc := range cases {
+			for _, op := range []Op{OpWrite, OpRead} {
+				c := post(t, a.qp, WorkRequest{Op: op, Local: src, Remote: loc})
+				if c.Status != StatusRemoteAccess {
+					t.Errorf("%s %v: %+v", name, op, c)
+				}
+			}
+		}
+		// Unsignaled failures still complete, as in verbs.
+		if err := a.qp.Post(WorkRequest{Op: OpWrite, WRID: 99, Local: src, Remote: cases["wrong key"]}); err != nil {
+			t.Fatal(err)
+		}
+		if c := wait(t, a.qp.CQ()); c.Status != StatusRemoteAccess || c.WRID != 99 {
+			t.Errorf("unsignaled failure: %+v", c)
+		}
+		if !bytes.Equal(snapshot, b.buf.Bytes()) {
+			t.Fatal("refused operations changed target memory")
+		}
+	})
+	t.Run("MaxUnsignaled", func(t *testing.T) {
+		a, b := connectPair(t, mk, func(c *ProcessConfig) { c.MaxUnsignaled = 16 })
+		src := a.mem(t, 0, 8)
+		for i := 0; i < 16; i++ {
+			if err := a.qp.Post(WorkRequest{Op: OpWrite, Local: src, Remote: b.loc(t, 0, 8)}); err != nil {
+				t.Fatalf("unsignaled %d: %v", i, err)
+			}
+		}
+		if err := a.qp.Post(WorkRequest{Op: OpWrite, Local: src, Remote: b.loc(t, 0, 8)}); !errors.Is(err, ErrUnsignaledOverflow) {
+			t.Fatalf("17th unsignaled op: %v", err)
+		}
+		post(t, a.qp, WorkRequest{Op: OpNop})
+		if err := a.qp.Post(WorkRequest{Op: OpWrite, Local: src, Remote: b.loc(t, 0, 8)}); err != nil {
+			t.Fatalf("after a polled signaled completion: %v", err)
+		}
+	})
+	t.Run("BadRequests", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		for name, wr := range map[string]WorkRequest{
+			"unknown op":      {Op: 200},
+			"recv op":         {Op: OpRecv},
+			"length mismatch": {Op: OpWrite, Local: a.mem(t, 0, 10), Remote: b.loc(t, 0, 12)},
+		} {
+			if err := a.qp.Post(wr); !errors.Is(err, ErrBadRequest) {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		q, _ := a.prov.NewQueuePair()
+		if err := q.Post(WorkRequest{Op: OpNop}); !errors.Is(err, ErrNotConnected) {
+			t.Errorf("unconnected: %v", err)
+		}
+		for _, bad := range [][]byte{nil, {1, 2, 3}, append([]byte{99}, a.qp.Endpoint()[1:]...)} {
+			if err := q.Connect(bad); !errors.Is(err, ErrBadEndpoint) {
+				t.Errorf("bad endpoint %v: %v", bad, err)
+			}
+		}
+		if err := b.proc.PostRecv(alloc.Memory{}, 1); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("empty receive buffer: %v", err)
+		}
+		if err := b.proc.PostRecv(a.mem(t, 0, 8), 1); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("receive buffer of another process: %v", err)
+		}
+		for i := 0; i < 64; i++ {
+			if err := b.proc.PostRecv(b.mem(t, 0, 8), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.proc.PostRecv(b.mem(t, 0, 8), 1); !errors.Is(err, ErrQueueFull) {
+			t.Errorf("65th receive in 64 slots: %v", err)
+		}
+	})
+	t.Run("Close", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		src := a.mem(t, 0, 8)
+		post(t, a.qp, WorkRequest{Op: OpWrite, Local: src, Remote: b.loc(t, 0, 8)})
+		if err := b.qp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.qp.Post(WorkRequest{Op: OpNop}); !errors.Is(err, ErrClosed) {
+			t.Errorf("post after close: %v", err)
+		}
+		// The peer sees the connection lost, as an error or a completion,
+		// within a bounded time and without hanging.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := a.qp.Post(WorkRequest{Op: OpWrite, Signaled: true, Local: src, Remote: b.loc(t, 0, 8)})
+			if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := wait(t, a.qp.CQ()); c.Status == StatusConnectionLost {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("peer close never noticed")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+func TestEndpointRoundTrip(t *testing.T) {
+	e := endpoint{transport: transportTCP, rank: 3, token: 99, srqRegion: 4, srqKey: 5, addr: "127.0.0.1:999"}
+	got, err := parseEndpoint(e.marshal(), transportTCP)
+	if err != nil || got != e {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := parseEndpoint(e.marshal(), transportSHM); !errors.Is(err, ErrBadEndpoint) {
+		t.Fatal(fmt.Sprint("wrong transport accepted: ", err))
+	}
+}

@@ -1,0 +1,221 @@
+package dtutils
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// TransmitterConfig configures a Transmitter.
+type TransmitterConfig struct {
+	// SignalEvery is k: in steady state one operation in k is signaled.
+	// Default MaxUnsignaled/4 of the queue pair's process, at least 1; it
+	// must leave room for stragglers: SignalEvery + 2 × concurrent
+	// goroutines ≤ MaxUnsignaled.
+	SignalEvery int
+	// MaxGoroutines bounds the goroutines posting on the Transmitter at
+	// once (it sizes the table where completions are handed over). Default 1024.
+	MaxGoroutines int
+}
+
+// Transmitter is the paper's IBTransmitter (§4.1): it posts operations on a
+// queue pair from any number of goroutines, making only some of them
+// signaled, never overflowing the queue pair's MaxUnsignaled, and tagging
+// the memory each operation read so that alloc's circular allocators recycle
+// it once complete.
+//
+// Protocol (wait-free: no goroutine ever waits for another). Each operation
+// takes a ticket t; its flush group is t/k. F is the flush number. If the
+// group is ahead of F, the operation is posted signaled, its goroutine polls
+// the completion queue until it sees its own completion (completions of
+// others that it polls are handed over through a slot table), and then
+// advances F by one with a single CAS from the value it read before posting;
+// if the CAS fails another goroutine advanced F, which is as good. Otherwise
+// the operation is unsignaled.
+//
+// Recycling: memory is tagged with F read just after its operation was
+// posted. Once F has advanced twice past that value, the second advance came
+// from a goroutine that read F after the first advance, hence posted its
+// signaled operation after ours, and its completion implies ours (queue
+// pairs complete in order). So Completed() is F−1, and memory tagged f is
+// reusable when Completed() > f.
+type Transmitter struct {
+	qp      QueuePair
+	k       uint64
+	tickets atomic.Uint64
+	flushed atomic.Uint64
+	slots   []atomic.Uint64 // (ticket+1)<<8 | status of polled signaled completions
+	failed  atomic.Pointer[error]
+}
+
+var _ alloc.Tracker = (*Transmitter)(nil)
+
+// NewTransmitter wraps a connected queue pair. The Transmitter must be the
+// only poster and poller of qp's completion queue.
+func NewTransmitter(qp QueuePair, maxUnsignaled int, cfg TransmitterConfig) (*Transmitter, error) {
+	if cfg.SignalEvery == 0 {
+		cfg.SignalEvery = max(1, maxUnsignaled/4)
+	}
+	if cfg.MaxGoroutines == 0 {
+		cfg.MaxGoroutines = 1024
+	}
+	if cfg.SignalEvery < 1 || cfg.SignalEvery > maxUnsignaled {
+		return nil, fmt.Errorf("%w: SignalEvery %d must be in [1, MaxUnsignaled %d]", ErrBadConfig, cfg.SignalEvery, maxUnsignaled)
+	}
+	if cfg.MaxGoroutines < 1 {
+		return nil, fmt.Errorf("%w: MaxGoroutines %d", ErrBadConfig, cfg.MaxGoroutines)
+	}
+	return &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines)}, nil
+}
+
+// QueuePair returns the wrapped queue pair.
+func (t *Transmitter) QueuePair() QueuePair { return t.qp }
+
+// Completed implements alloc.Tracker: every operation whose memory was
+// tagged with a value below it has completed.
+func (t *Transmitter) Completed() uint64 {
+	if f := t.flushed.Load(); f > 0 {
+		return f - 1
+	}
+	return 0
+}
+
+// FlushNumber returns F, the number of flushes completed so far.
+func (t *Transmitter) FlushNumber() uint64 { return t.flushed.Load() }
+
+// Err returns the first failure seen on the queue pair, or nil. After a
+// failure every post returns it, as a verbs queue pair in error state does.
+func (t *Transmitter) Err() error {
+	if e := t.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// Write writes local into remote, asynchronously; local is tagged and must
+// not change until alloc says its unit is reusable.
+func (t *Transmitter) Write(local alloc.Memory, remote alloc.Locator) error {
+	return t.post(nil, WorkRequest{Op: OpWrite, Local: local, Remote: remote}, false)
+}
+
+// WriteImm is Write that also completes a receive at the target with imm.
+func (t *Transmitter) WriteImm(local alloc.Memory, remote alloc.Locator, imm uint32) error {
+	return t.post(nil, WorkRequest{Op: OpWriteImm, Local: local, Remote: remote, Imm: imm}, false)
+}
+
+// Send delivers local into a receive posted at the peer, asynchronously.
+func (t *Transmitter) Send(local alloc.Memory, imm uint32) error {
+	return t.post(nil, WorkRequest{Op: OpSend, Local: local, Imm: imm}, false)
+}
+
+// Read copies remote into local and returns when the bytes are there.
+func (t *Transmitter) Read(ctx context.Context, local alloc.Memory, remote alloc.Locator) error {
+	return t.post(ctx, WorkRequest{Op: OpRead, Local: local, Remote: remote}, true)
+}
+
+// FetchAdd adds add to the remote word and returns its old value; scratch
+// is 8 bytes of registered memory that receives it.
+func (t *Transmitter) FetchAdd(ctx context.Context, scratch alloc.Memory, remote alloc.Locator, add uint64) (uint64, error) {
+	err := t.post(ctx, WorkRequest{Op: OpFetchAdd, Local: scratch, Remote: remote, Add: add}, true)
+	return word(scratch), err
+}
+
+// CompareSwap stores swap at remote if it holds compare, and returns the
+// old value; scratch is as for FetchAdd.
+func (t *Transmitter) CompareSwap(ctx context.Context, scratch alloc.Memory, remote alloc.Locator, compare, swap uint64) (uint64, error) {
+	err := t.post(ctx, WorkRequest{Op: OpCompareSwap, Local: scratch, Remote: remote, Compare: compare, Swap: swap}, true)
+	return word(scratch), err
+}
+
+func word(m alloc.Memory) uint64 {
+	if m.Len() != 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(m.Bytes())
+}
+
+// Flush returns once every operation posted before it has completed, and
+// memory tagged before it is reusable.
+func (t *Transmitter) Flush(ctx context.Context) error {
+	target := t.flushed.Load() + 2
+	for t.flushed.Load() < target {
+		if err := t.post(ctx, WorkRequest{Op: OpNop}, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error {
+	if e := t.failed.Load(); e != nil {
+		return *e
+	}
+	ticket := t.tickets.Add(1) - 1
+	f := t.flushed.Load()
+	signaled := wait || ticket/t.k > f
+	wr.WRID = ticket
+	wr.Signaled = signaled
+	if err := t.qp.Post(wr); err != nil {
+		return err
+	}
+	if signaled {
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if err := t.awaitOwn(ctx, ticket); err != nil {
+			return err
+		}
+		t.flushed.CompareAndSwap(f, f+1)
+	}
+	if wr.Op != OpNop {
+		wr.Local.Tag(t, t.flushed.Load())
+	}
+	return nil
+}
+
+// awaitOwn polls the completion queue until the completion of ticket shows
+// up, handing over the others it sees.
+func (t *Transmitter) awaitOwn(ctx context.Context, ticket uint64) error {
+	slot := &t.slots[ticket%uint64(len(t.slots))]
+	var b Backoff
+	for {
+		if v := slot.Load(); v>>8 == ticket+1 {
+			if st := Status(v & 0xff); st != StatusSuccess {
+				return fmt.Errorf("dtutils: operation %d: %w", ticket, st.Err())
+			}
+			return nil
+		}
+		if t.drain() > 0 {
+			b.Reset()
+			continue
+		}
+		if e := t.failed.Load(); e != nil {
+			return *e
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b.Wait()
+	}
+}
+
+// drain polls completions and hands them over.
+func (t *Transmitter) drain() int {
+	var buf [16]Completion
+	n := t.qp.CQ().Poll(buf[:])
+	for _, c := range buf[:n] {
+		if c.Status != StatusSuccess {
+			err := fmt.Errorf("dtutils: %v operation %d failed: %w", c.Op, c.WRID, c.Status.Err())
+			t.failed.CompareAndSwap(nil, &err)
+		}
+		t.slots[c.WRID%uint64(len(t.slots))].Store((c.WRID+1)<<8 | uint64(c.Status))
+	}
+	return n
+}
+
+// Poll processes completions without posting (for a sender that has stopped
+// posting but wants failures noticed); it returns how many it saw.
+func (t *Transmitter) Poll() int { return t.drain() }

@@ -1,0 +1,223 @@
+package dtutils
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Every byte format of package dtutils that crosses a process boundary is
+// defined in this file, little-endian throughout; docs/wire.md describes them.
+
+// Receive descriptor: one posted receive in the shared receive queue.
+//
+//	0  u32 region   4 u32 reserved   8 u64 key
+//	16 u64 offset  24 u64 length    32 u64 wrid
+const recvDescSize = 40
+
+type recvDesc struct {
+	region      uint32
+	key, off, n uint64
+	wrid        uint64
+}
+
+func (d recvDesc) put(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], d.region)
+	binary.LittleEndian.PutUint32(b[4:], 0)
+	binary.LittleEndian.PutUint64(b[8:], d.key)
+	binary.LittleEndian.PutUint64(b[16:], d.off)
+	binary.LittleEndian.PutUint64(b[24:], d.n)
+	binary.LittleEndian.PutUint64(b[32:], d.wrid)
+}
+
+func getRecvDesc(b []byte) recvDesc {
+	return recvDesc{
+		region: binary.LittleEndian.Uint32(b[0:]),
+		key:    binary.LittleEndian.Uint64(b[8:]),
+		off:    binary.LittleEndian.Uint64(b[16:]),
+		n:      binary.LittleEndian.Uint64(b[24:]),
+		wrid:   binary.LittleEndian.Uint64(b[32:]),
+	}
+}
+
+// Receive completion: one entry of the receive completion ring.
+//
+//	0  u64 wrid   8 u32 bytes   12 u32 imm   16 u32 source rank
+//	20 u8 op      21 u8 status  22 u16 reserved
+const recvComplSize = 24
+
+func putRecvCompl(b []byte, c Completion) {
+	binary.LittleEndian.PutUint64(b[0:], c.WRID)
+	binary.LittleEndian.PutUint32(b[8:], uint32(c.Bytes))
+	binary.LittleEndian.PutUint32(b[12:], c.Imm)
+	binary.LittleEndian.PutUint32(b[16:], c.Src)
+	b[20], b[21], b[22], b[23] = byte(c.Op), byte(c.Status), 0, 0
+}
+
+func getRecvCompl(b []byte) Completion {
+	return Completion{
+		WRID:   binary.LittleEndian.Uint64(b[0:]),
+		Bytes:  int(binary.LittleEndian.Uint32(b[8:])),
+		Imm:    binary.LittleEndian.Uint32(b[12:]),
+		Src:    binary.LittleEndian.Uint32(b[16:]),
+		Op:     Op(b[20]),
+		Status: Status(b[21]),
+	}
+}
+
+// Endpoints: what one side of a queue pair gives the other to connect.
+//
+//	0 u8 transport (1 loop, 2 shm, 3 tcp)   1 u8 version (1)   2 u16 reserved
+//	4 u32 process rank   8 u64 token (queue pair identity)
+//	16 u32 srq region   20 u32 reserved   24 u64 srq key        (shm; zero otherwise)
+//	32 u16 address length   34 address bytes (shm: unix socket path; tcp: host:port)
+const (
+	transportLoop = 1
+	transportSHM  = 2
+	transportTCP  = 3
+
+	endpointVersion = 1
+	endpointFixed   = 34
+	maxAddrLen      = 1024
+)
+
+type endpoint struct {
+	transport uint8
+	rank      uint32
+	token     uint64
+	srqRegion uint32
+	srqKey    uint64
+	addr      string
+}
+
+func (e endpoint) marshal() []byte {
+	b := make([]byte, endpointFixed, endpointFixed+len(e.addr))
+	b[0], b[1] = e.transport, endpointVersion
+	binary.LittleEndian.PutUint32(b[4:], e.rank)
+	binary.LittleEndian.PutUint64(b[8:], e.token)
+	binary.LittleEndian.PutUint32(b[16:], e.srqRegion)
+	binary.LittleEndian.PutUint64(b[24:], e.srqKey)
+	binary.LittleEndian.PutUint16(b[32:], uint16(len(e.addr)))
+	return append(b, e.addr...)
+}
+
+func parseEndpoint(b []byte, transport uint8) (endpoint, error) {
+	if len(b) < endpointFixed {
+		return endpoint{}, fmt.Errorf("%w: %d bytes", ErrBadEndpoint, len(b))
+	}
+	if b[0] != transport || b[1] != endpointVersion {
+		return endpoint{}, fmt.Errorf("%w: transport %d version %d, want transport %d version %d", ErrBadEndpoint, b[0], b[1], transport, endpointVersion)
+	}
+	n := int(binary.LittleEndian.Uint16(b[32:]))
+	if n > maxAddrLen || len(b) != endpointFixed+n {
+		return endpoint{}, fmt.Errorf("%w: address of %d bytes in %d", ErrBadEndpoint, n, len(b))
+	}
+	return endpoint{
+		transport: b[0],
+		rank:      binary.LittleEndian.Uint32(b[4:]),
+		token:     binary.LittleEndian.Uint64(b[8:]),
+		srqRegion: binary.LittleEndian.Uint32(b[16:]),
+		srqKey:    binary.LittleEndian.Uint64(b[24:]),
+		addr:      string(b[endpointFixed:]),
+	}, nil
+}
+
+// tcp frames. Every frame is a 64-byte header followed by payload bytes:
+//
+//	0  u8  op (requests: Op; responses: Op|0x80)
+//	1  u8  flags (bit 0: signaled)
+//	2  u8  status (responses)
+//	3  u8  reserved
+//	4  u32 payload length
+//	8  u64 wrid
+//	16 u32 region   20 u32 imm
+//	24 u64 offset   32 u64 key   40 u64 length
+//	48 u64 arg1 (FetchAdd addend, CompareSwap compare)
+//	56 u64 arg2 (CompareSwap swap)
+//
+// Requests carry the payload of Write, WriteImm and Send; responses carry
+// the data of Read and the old value of the atomics.
+const (
+	frameHeader  = 64
+	frameResp    = 0x80
+	flagSignaled = 1
+)
+
+type frame struct {
+	op       uint8
+	flags    uint8
+	status   Status
+	payload  uint32
+	wrid     uint64
+	region   uint32
+	imm      uint32
+	off, key uint64
+	length   uint64
+	arg1     uint64
+	arg2     uint64
+}
+
+func (f *frame) put(b []byte) {
+	b[0], b[1], b[2], b[3] = f.op, f.flags, byte(f.status), 0
+	binary.LittleEndian.PutUint32(b[4:], f.payload)
+	binary.LittleEndian.PutUint64(b[8:], f.wrid)
+	binary.LittleEndian.PutUint32(b[16:], f.region)
+	binary.LittleEndian.PutUint32(b[20:], f.imm)
+	binary.LittleEndian.PutUint64(b[24:], f.off)
+	binary.LittleEndian.PutUint64(b[32:], f.key)
+	binary.LittleEndian.PutUint64(b[40:], f.length)
+	binary.LittleEndian.PutUint64(b[48:], f.arg1)
+	binary.LittleEndian.PutUint64(b[56:], f.arg2)
+}
+
+// parseFrame decodes and validates a header; maxPayload bounds the payload.
+func parseFrame(b []byte, maxPayload int) (frame, error) {
+	if len(b) < frameHeader {
+		return frame{}, fmt.Errorf("%w: %d-byte header", ErrBadFrame, len(b))
+	}
+	f := frame{
+		op: b[0], flags: b[1], status: Status(b[2]),
+		payload: binary.LittleEndian.Uint32(b[4:]),
+		wrid:    binary.LittleEndian.Uint64(b[8:]),
+		region:  binary.LittleEndian.Uint32(b[16:]),
+		imm:     binary.LittleEndian.Uint32(b[20:]),
+		off:     binary.LittleEndian.Uint64(b[24:]),
+		key:     binary.LittleEndian.Uint64(b[32:]),
+		length:  binary.LittleEndian.Uint64(b[40:]),
+		arg1:    binary.LittleEndian.Uint64(b[48:]),
+		arg2:    binary.LittleEndian.Uint64(b[56:]),
+	}
+	op := Op(f.op &^ frameResp)
+	if b[3] != 0 || f.flags&^flagSignaled != 0 || f.status >= numStatus {
+		return frame{}, fmt.Errorf("%w: reserved bits set", ErrBadFrame)
+	}
+	if int64(f.payload) > int64(maxPayload) {
+		return frame{}, fmt.Errorf("%w: payload %d exceeds %d", ErrBadFrame, f.payload, maxPayload)
+	}
+	var want uint64
+	resp := f.op&frameResp != 0
+	switch op {
+	case OpWrite, OpWriteImm:
+		if !resp {
+			want = f.length
+		}
+	case OpSend:
+		if !resp {
+			want = uint64(f.payload)
+		}
+	case OpRead:
+		if resp && f.status == StatusSuccess {
+			want = f.length
+		}
+	case OpFetchAdd, OpCompareSwap:
+		if resp && f.status == StatusSuccess {
+			want = 8
+		}
+	case OpNop:
+	default:
+		return frame{}, fmt.Errorf("%w: op %d", ErrBadFrame, f.op)
+	}
+	if uint64(f.payload) != want {
+		return frame{}, fmt.Errorf("%w: %v frame with %d payload bytes, want %d", ErrBadFrame, op, f.payload, want)
+	}
+	return f, nil
+}
