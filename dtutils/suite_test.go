@@ -40,6 +40,17 @@ var transports = []struct {
 		}
 		return a, b
 	}},
+	{"shm", func(t testing.TB, pa, pb *Process) (Provider, Provider) {
+		a, err := NewSHM(pa, SHMConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewSHM(pb, SHMConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}},
 }
 
 func newProcess(t testing.TB, rank uint32, mut func(*ProcessConfig)) *Process {

@@ -16,13 +16,14 @@ type syncPeer interface {
 // poster applies the operation itself, so it has completed when Post returns
 // and the remote CPU takes no part.
 type syncQP struct {
-	proc   *Process
-	token  uint64
-	ep     endpoint
-	acct   sqAccount
-	cq     *memCQ
-	peer   atomic.Pointer[syncPeer]
-	closed atomic.Bool
+	proc     *Process
+	token    uint64
+	ep       endpoint
+	acct     sqAccount
+	cq       *memCQ
+	peer     atomic.Pointer[syncPeer]
+	peerGone atomic.Bool // the peer queue pair closed (transports that can tell)
+	closed   atomic.Bool
 }
 
 func newSyncQP(proc *Process, transport uint8) *syncQP {
@@ -54,7 +55,7 @@ func (q *syncQP) Post(wr WorkRequest) error {
 		return ErrNotConnected
 	}
 	peer := *pp
-	if peer.lost() {
+	if peer.lost() || q.peerGone.Load() {
 		return fmt.Errorf("%w: peer process %d", ErrConnectionLost, peer.rank())
 	}
 	if err := wr.validate(q.proc.cfg.MaxTransfer); err != nil {

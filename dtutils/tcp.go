@@ -501,4 +501,3 @@ func (q *tcpQP) Close() error {
 	q.fail(fmt.Errorf("%w: queue pair closed", ErrClosed))
 	return nil
 }
-

@@ -1,0 +1,388 @@
+package dtutils
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/seriema-go/seriema/alloc"
+	"golang.org/x/sys/unix"
+)
+
+// SHMConfig configures the shm provider.
+type SHMConfig struct {
+	// Dir is the directory for the provider's unix socket. Default: a new
+	// private directory (mode 0700) under os.TempDir(), removed on Close.
+	Dir string
+	// ConnectTimeout bounds reaching a peer's socket. Default 10 s.
+	ConnectTimeout time.Duration
+	// Logger receives peer-level events; default slog.Default().
+	Logger *slog.Logger
+}
+
+// shm: peers on one machine. A one-sided operation is a memcpy (or an atomic
+// instruction) by the poster into the peer's region, mapped from the memfd
+// the peer hands over on first use (SCM_RIGHTS over the peer's unix socket,
+// after checking the region's key); the peer's CPU does nothing. Send
+// delivers into the peer's shared receive queue, which is itself shared
+// memory. Each provider serves its regions on a unix socket in a private
+// directory; a second "watch" connection per peer reports its death as EOF.
+type shmProvider struct {
+	proc   *Process
+	cfg    SHMConfig
+	log    *slog.Logger
+	dir    string
+	ownDir bool
+	path   string
+	ln     *net.UnixListener
+
+	mu      sync.Mutex // guards peers and qps
+	dialMu  sync.Mutex // serialises creating peers; never held by the server side
+	peers   map[string]*shmPeer
+	qps     []*shmQP
+	byToken map[uint64]*shmQP
+	connMu  sync.Mutex // guards conns (accepted connections)
+	conns   []net.Conn
+	closed  atomic.Bool
+}
+
+// NewSHM returns an shm provider for proc.
+func NewSHM(proc *Process, cfg SHMConfig) (Provider, error) {
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &shmProvider{proc: proc, cfg: cfg, log: log.With("transport", "shm", "rank", proc.cfg.Rank), dir: cfg.Dir, peers: make(map[string]*shmPeer), byToken: make(map[uint64]*shmQP)}
+	if p.dir == "" {
+		d, err := os.MkdirTemp("", "seriema-shm-")
+		if err != nil {
+			return nil, fmt.Errorf("dtutils: shm socket directory: %w", err)
+		}
+		p.dir, p.ownDir = d, true
+	}
+	p.path = filepath.Join(p.dir, fmt.Sprintf("r%d-%x.sock", proc.cfg.Rank, randomToken()&0xffffff))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p.path, Net: "unix"})
+	if err != nil {
+		p.removeDir()
+		return nil, fmt.Errorf("dtutils: shm listen on %s: %w", p.path, err)
+	}
+	os.Chmod(p.path, 0o600)
+	p.ln = ln
+	go p.serve()
+	return p, nil
+}
+
+func (p *shmProvider) Transport() string { return "shm" }
+func (p *shmProvider) Process() *Process { return p.proc }
+
+func (p *shmProvider) removeDir() {
+	if p.ownDir {
+		os.RemoveAll(p.dir)
+	}
+}
+
+// Control messages on the unix socket.
+const (
+	shmReqMap   = 1 // u8 kind, u32 region, u64 key → u8 status, u64 size, fd
+	shmReqWatch = 2 // u8 kind, u64 queue-pair token → (nothing; EOF when that queue pair or its process closes)
+	shmReqSize  = 13
+	shmRespSize = 9
+)
+
+func (p *shmProvider) serve() {
+	for {
+		c, err := p.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		p.connMu.Lock()
+		p.conns = append(p.conns, c)
+		p.connMu.Unlock()
+		go p.serveConn(c)
+	}
+}
+
+func (p *shmProvider) serveConn(c *net.UnixConn) {
+	defer c.Close()
+	var req [shmReqSize]byte
+	for {
+		if _, err := io.ReadFull(c, req[:1]); err != nil {
+			return
+		}
+		switch req[0] {
+		case shmReqWatch:
+			var tok [8]byte
+			if _, err := io.ReadFull(c, tok[:]); err != nil {
+				return
+			}
+			p.mu.Lock()
+			q := p.byToken[binary.LittleEndian.Uint64(tok[:])]
+			if q != nil && !q.closed.Load() {
+				q.watchers = append(q.watchers, c)
+			}
+			p.mu.Unlock()
+			if q == nil {
+				return
+			}
+			io.Copy(io.Discard, c) // until either side closes
+			return
+		case shmReqMap:
+			if _, err := io.ReadFull(c, req[1:]); err != nil {
+				return
+			}
+			id, key := binary.LittleEndian.Uint32(req[1:]), binary.LittleEndian.Uint64(req[5:])
+			var resp [shmRespSize]byte
+			r, ok := p.proc.reg.Lookup(id)
+			if !ok || r.Key() != key {
+				resp[0] = 1
+				p.log.Warn("refused to share a region", "region", id, "known", ok)
+				if _, err := c.Write(resp[:]); err != nil {
+					return
+				}
+				continue
+			}
+			binary.LittleEndian.PutUint64(resp[1:], uint64(r.Size()))
+			if _, _, err := c.WriteMsgUnix(resp[:], unix.UnixRights(r.FD()), nil); err != nil {
+				return
+			}
+		default:
+			p.log.Warn("unknown shm control request", "kind", req[0])
+			return
+		}
+	}
+}
+
+func (p *shmProvider) NewQueuePair() (QueuePair, error) {
+	if p.closed.Load() {
+		return nil, ErrClosed
+	}
+	q := &shmQP{syncQP: newSyncQP(p.proc, transportSHM), p: p}
+	q.ep.addr = p.path
+	q.ep.srqRegion = p.proc.region.ID()
+	q.ep.srqKey = p.proc.region.Key()
+	p.mu.Lock()
+	p.qps = append(p.qps, q)
+	p.byToken[q.token] = q
+	p.mu.Unlock()
+	return q, nil
+}
+
+// Close closes every queue pair and connection and unmaps the peers'
+// memory. No Post may run concurrently with Close.
+func (p *shmProvider) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	qps := p.qps
+	p.mu.Unlock()
+	for _, q := range qps {
+		q.Close()
+	}
+	p.mu.Lock()
+	p.connMu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.connMu.Unlock()
+	for _, peer := range p.peers {
+		peer.close()
+	}
+	p.removeDir()
+	return nil
+}
+
+type shmQP struct {
+	*syncQP
+	p        *shmProvider
+	watchers []net.Conn // peers watching this queue pair; closed with it
+	watching net.Conn   // our watch on the peer queue pair
+}
+
+func (q *shmQP) Connect(remote []byte) error {
+	ep, err := parseEndpoint(remote, transportSHM)
+	if err != nil {
+		return err
+	}
+	peer, err := q.p.peer(ep)
+	if err != nil {
+		return err
+	}
+	// Watch the peer queue pair: EOF means it closed or its process died.
+	c, err := net.DialTimeout("unix", ep.addr, q.p.cfg.ConnectTimeout)
+	if err != nil {
+		return fmt.Errorf("%w: watching rank %d: %v", ErrConnectionLost, ep.rank, err)
+	}
+	var req [9]byte
+	req[0] = shmReqWatch
+	binary.LittleEndian.PutUint64(req[1:], ep.token)
+	if _, err := c.Write(req[:]); err != nil {
+		c.Close()
+		return fmt.Errorf("%w: watching rank %d: %v", ErrConnectionLost, ep.rank, err)
+	}
+	q.p.mu.Lock()
+	q.watching = c
+	q.p.mu.Unlock()
+	go func() {
+		var b [1]byte
+		c.Read(b[:])
+		q.peerGone.Store(true)
+	}()
+	q.setPeer(peer)
+	return nil
+}
+
+func (q *shmQP) Close() error {
+	q.syncQP.Close()
+	q.p.mu.Lock()
+	delete(q.p.byToken, q.token)
+	w, watching := q.watchers, q.watching
+	q.watchers, q.watching = nil, nil
+	q.p.mu.Unlock()
+	for _, c := range w {
+		c.Close()
+	}
+	if watching != nil {
+		watching.Close()
+	}
+	return nil
+}
+
+// peer returns the connection to the process serving ep.addr, creating it
+// (and mapping its receive queues) on first use.
+func (p *shmProvider) peer(ep endpoint) (*shmPeer, error) {
+	// Two processes connecting to each other at once each wait on the
+	// other's server, so no lock the server needs may be held here.
+	p.dialMu.Lock()
+	defer p.dialMu.Unlock()
+	p.mu.Lock()
+	peer, ok := p.peers[ep.addr]
+	p.mu.Unlock()
+	if ok {
+		return peer, nil
+	}
+	c, err := net.DialTimeout("unix", ep.addr, p.cfg.ConnectTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reaching rank %d at %s: %v", ErrConnectionLost, ep.rank, ep.addr, err)
+	}
+	ctl := c.(*net.UnixConn)
+	peer = &shmPeer{r: ep.rank, ctl: ctl, regions: xsync.NewMapOf[uint32, *shmMapping]()}
+	m, err := peer.fetch(ep.srqRegion, ep.srqKey)
+	if err != nil {
+		peer.close()
+		return nil, fmt.Errorf("mapping rank %d's receive queue: %w", ep.rank, err)
+	}
+	if peer.rs.srq, err = openRing(m.mem); err == nil {
+		peer.rs.rcq, err = openRing(m.mem[ringBytes(int(peer.rs.srq.capacity), recvDescSize):])
+	}
+	if err != nil {
+		peer.close()
+		return nil, err
+	}
+	p.mu.Lock()
+	p.peers[ep.addr] = peer
+	p.mu.Unlock()
+	return peer, nil
+}
+
+// shmPeer is another process on this machine: its receive queues and the
+// regions of it mapped so far.
+type shmPeer struct {
+	r       uint32
+	mu      sync.Mutex // serialises control requests
+	ctl     *net.UnixConn
+	regions *xsync.MapOf[uint32, *shmMapping]
+	rs      receiveSide
+	gone    atomic.Bool
+}
+
+type shmMapping struct {
+	mem []byte
+	key uint64
+}
+
+func (p *shmPeer) rank() uint32          { return p.r }
+func (p *shmPeer) receiver() receiveSide { return p.rs }
+func (p *shmPeer) lost() bool            { return p.gone.Load() }
+
+func (p *shmPeer) mem(region uint32, key, off, n uint64) ([]byte, bool) {
+	m, ok := p.regions.Load(region)
+	if !ok {
+		var err error
+		if m, err = p.fetch(region, key); err != nil {
+			return nil, false
+		}
+	}
+	if m.key != key || off > uint64(len(m.mem)) || n > uint64(len(m.mem))-off {
+		return nil, false
+	}
+	return m.mem[off : off+n : off+n], true
+}
+
+// fetch asks the peer for a region's memfd, proving the key, and maps it.
+func (p *shmPeer) fetch(region uint32, key uint64) (*shmMapping, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.regions.Load(region); ok {
+		return m, nil
+	}
+	var req [shmReqSize]byte
+	req[0] = shmReqMap
+	binary.LittleEndian.PutUint32(req[1:], region)
+	binary.LittleEndian.PutUint64(req[5:], key)
+	if _, err := p.ctl.Write(req[:]); err != nil {
+		return nil, fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, p.r, err)
+	}
+	var resp [shmRespSize]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := p.ctl.ReadMsgUnix(resp[:], oob)
+	if err != nil || n != shmRespSize {
+		return nil, fmt.Errorf("%w: rank %d: reading region reply: %v", ErrConnectionLost, p.r, err)
+	}
+	if resp[0] != 0 {
+		return nil, fmt.Errorf("%w: rank %d refused region %d", ErrRemoteAccess, p.r, region)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("%w: rank %d sent no descriptor", ErrRemoteAccess, p.r)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil, fmt.Errorf("%w: rank %d sent no descriptor", ErrRemoteAccess, p.r)
+	}
+	defer unix.Close(fds[0])
+	size := binary.LittleEndian.Uint64(resp[1:])
+	if size == 0 || size > 1<<46 {
+		return nil, fmt.Errorf("%w: rank %d reported a %d-byte region", ErrRemoteAccess, p.r, size)
+	}
+	mem, err := alloc.MapShared(fds[0], int(size))
+	if err != nil {
+		return nil, err
+	}
+	m := &shmMapping{mem: mem, key: key}
+	p.regions.Store(region, m)
+	return m, nil
+}
+
+func (p *shmPeer) close() {
+	p.gone.Store(true)
+	p.ctl.Close()
+	p.regions.Range(func(_ uint32, m *shmMapping) bool {
+		alloc.Unmap(m.mem)
+		return true
+	})
+	p.regions.Clear()
+}
