@@ -29,6 +29,9 @@ setup:
 
 test: setup lint
 	$(GO) test $(TESTFLAGS) ./...
+	# The Transmitter hammer at full size (8 goroutines × 1 M operations)
+	# runs without the race detector, which would make it take minutes.
+	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
 
 lint: fmt-check vet
 

@@ -17,7 +17,14 @@ type sqAccount struct {
 // postUnsignaled counts one more unsignaled operation, or refuses it.
 func (a *sqAccount) postUnsignaled() error {
 	for {
-		p, r := a.posted.Load(), a.retired.Load()
+		// posted, then retired: retired can only grow before the CAS, so
+		// p-r never understates the count at the CAS. If retired overtook
+		// p, p is stale and the CAS would fail: retry.
+		p := a.posted.Load()
+		r := a.retired.Load()
+		if r > p {
+			continue
+		}
 		if p-r >= a.max {
 			return fmt.Errorf("%w: %d outstanding, MaxUnsignaled %d", ErrUnsignaledOverflow, p-r, a.max)
 		}
@@ -41,4 +48,10 @@ func (a *sqAccount) retire(s uint64) {
 }
 
 // outstanding returns the unsignaled operations not yet retired.
-func (a *sqAccount) outstanding() int { return int(a.posted.Load() - a.retired.Load()) }
+func (a *sqAccount) outstanding() int {
+	p := a.posted.Load()
+	if r := a.retired.Load(); r < p {
+		return int(p - r)
+	}
+	return 0
+}

@@ -16,8 +16,10 @@ type TransmitterConfig struct {
 	// must leave room for stragglers: SignalEvery + 2 × concurrent
 	// goroutines ≤ MaxUnsignaled.
 	SignalEvery int
-	// MaxGoroutines bounds the goroutines posting on the Transmitter at
-	// once (it sizes the table where completions are handed over). Default 1024.
+	// MaxGoroutines is the number of goroutines that can wait for a
+	// signaled operation at once (it sizes the table where completions are
+	// handed over); more wait their turn for a free entry. Default 1024,
+	// at most 65535.
 	MaxGoroutines int
 }
 
@@ -34,7 +36,10 @@ type TransmitterConfig struct {
 // others that it polls are handed over through a slot table), and then
 // advances F by one with a single CAS from the value it read before posting;
 // if the CAS fails another goroutine advanced F, which is as good. Otherwise
-// the operation is unsignaled.
+// the operation is unsignaled. Operations whose caller needs the result
+// (Read, atomics) are signaled too but advance F only by the same rule, so F
+// never passes the newest ticket's group; Flush takes a ticket one group
+// ahead to advance it.
 //
 // Recycling: memory is tagged with F read just after its operation was
 // posted. Once F has advanced twice past that value, the second advance came
@@ -47,8 +52,12 @@ type Transmitter struct {
 	k       uint64
 	tickets atomic.Uint64
 	flushed atomic.Uint64
-	slots   []atomic.Uint64 // (ticket+1)<<8 | status of polled signaled completions
-	failed  atomic.Pointer[error]
+	// A goroutine awaiting a signaled operation owns one entry of slots
+	// (busy) and puts its index in the low 16 bits of the WRID; whoever
+	// polls the completion stores (ticket+1)<<8 | status there.
+	slots  []atomic.Uint64
+	busy   []atomic.Uint32
+	failed atomic.Pointer[error]
 }
 
 var _ alloc.Tracker = (*Transmitter)(nil)
@@ -65,10 +74,33 @@ func NewTransmitter(qp QueuePair, maxUnsignaled int, cfg TransmitterConfig) (*Tr
 	if cfg.SignalEvery < 1 || cfg.SignalEvery > maxUnsignaled {
 		return nil, fmt.Errorf("%w: SignalEvery %d must be in [1, MaxUnsignaled %d]", ErrBadConfig, cfg.SignalEvery, maxUnsignaled)
 	}
-	if cfg.MaxGoroutines < 1 {
+	if cfg.MaxGoroutines < 1 || cfg.MaxGoroutines >= noSlot {
 		return nil, fmt.Errorf("%w: MaxGoroutines %d", ErrBadConfig, cfg.MaxGoroutines)
 	}
-	return &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines)}, nil
+	return &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}, nil
+}
+
+// WRIDs: ticket<<16 | slot, with noSlot for unsignaled operations.
+const (
+	slotBits = 16
+	noSlot   = 1<<slotBits - 1
+)
+
+// claim takes a free slot, probing from a ticket-derived start.
+func (t *Transmitter) claim(ticket uint64) int {
+	n := len(t.busy)
+	start := int(ticket % uint64(n))
+	var b Backoff
+	for probe := 0; ; probe++ {
+		i := (start + probe) % n
+		if t.busy[i].CompareAndSwap(0, 1) {
+			t.slots[i].Store(0)
+			return i
+		}
+		if probe%n == n-1 {
+			b.Wait() // every slot taken: more waiters than MaxGoroutines
+		}
+	}
 }
 
 // QueuePair returns the wrapped queue pair.
@@ -153,10 +185,26 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 	if e := t.failed.Load(); e != nil {
 		return *e
 	}
-	ticket := t.tickets.Add(1) - 1
+	var ticket uint64
+	if wr.Op == OpNop {
+		// A flush skips the rest of the current group so that its ticket
+		// lies in a group past F and may advance it.
+		ticket = t.tickets.Add(t.k)
+	} else {
+		ticket = t.tickets.Add(1) - 1
+	}
 	f := t.flushed.Load()
-	signaled := wait || ticket/t.k > f
-	wr.WRID = ticket
+	// Only an operation whose group is past F advances F. This keeps F at
+	// or below the newest ticket's group, which is what bounds the
+	// unsignaled operations (at most k in F's group, plus stragglers).
+	advance := ticket/t.k > f
+	signaled := wait || advance
+	slot := noSlot
+	if signaled {
+		slot = t.claim(ticket)
+		defer t.busy[slot].Store(0)
+	}
+	wr.WRID = ticket<<slotBits | uint64(slot)
 	wr.Signaled = signaled
 	if err := t.qp.Post(wr); err != nil {
 		return err
@@ -165,10 +213,12 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		if err := t.awaitOwn(ctx, ticket); err != nil {
+		if err := t.awaitOwn(ctx, ticket, slot); err != nil {
 			return err
 		}
-		t.flushed.CompareAndSwap(f, f+1)
+		if advance {
+			t.flushed.CompareAndSwap(f, f+1)
+		}
 	}
 	if wr.Op != OpNop {
 		wr.Local.Tag(t, t.flushed.Load())
@@ -178,8 +228,8 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 
 // awaitOwn polls the completion queue until the completion of ticket shows
 // up, handing over the others it sees.
-func (t *Transmitter) awaitOwn(ctx context.Context, ticket uint64) error {
-	slot := &t.slots[ticket%uint64(len(t.slots))]
+func (t *Transmitter) awaitOwn(ctx context.Context, ticket uint64, i int) error {
+	slot := &t.slots[i]
 	var b Backoff
 	for {
 		if v := slot.Load(); v>>8 == ticket+1 {
@@ -207,11 +257,14 @@ func (t *Transmitter) drain() int {
 	var buf [16]Completion
 	n := t.qp.CQ().Poll(buf[:])
 	for _, c := range buf[:n] {
+		ticket := c.WRID >> slotBits
 		if c.Status != StatusSuccess {
-			err := fmt.Errorf("dtutils: %v operation %d failed: %w", c.Op, c.WRID, c.Status.Err())
+			err := fmt.Errorf("dtutils: %v operation %d failed: %w", c.Op, ticket, c.Status.Err())
 			t.failed.CompareAndSwap(nil, &err)
 		}
-		t.slots[c.WRID%uint64(len(t.slots))].Store((c.WRID+1)<<8 | uint64(c.Status))
+		if i := int(c.WRID & noSlot); i != noSlot {
+			t.slots[i].Store((ticket+1)<<8 | uint64(c.Status))
+		}
 	}
 	return n
 }

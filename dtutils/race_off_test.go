@@ -1,0 +1,5 @@
+//go:build !race
+
+package dtutils
+
+const raceEnabled = false
