@@ -3,6 +3,7 @@ package dtutils
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -319,7 +320,7 @@ func (q *tcpQP) reader() {
 	maxPayload := q.prov.proc.cfg.MaxTransfer
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			q.fail(fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err))
+			q.fail(fmt.Errorf("%w: rank %d: %w", ErrConnectionLost, q.peerRank, err))
 			return
 		}
 		f, err := parseFrame(hdr[:], maxPayload)
@@ -486,7 +487,11 @@ func (q *tcpQP) fail(err error) {
 	for _, p := range lost {
 		q.cq.push(Completion{WRID: p.wrid, Op: p.op, Status: StatusConnectionLost})
 	}
-	if !q.closed.Load() {
+	switch {
+	case q.closed.Load():
+	case errors.Is(err, io.EOF):
+		q.prov.log.Info("peer closed its queue pair", "peer", q.peerRank)
+	default:
 		q.prov.log.Warn("queue pair lost its connection", "peer", q.peerRank, "err", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/seriema-go/seriema/alloc"
 )
@@ -248,15 +249,40 @@ func (t *Transmitter) awaitOwn(ctx context.Context, ticket uint64, i int) error 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		b.Wait()
+		if !b.Sleepy() {
+			b.Wait()
+			continue
+		}
+		// Long wait (a network round trip): sleep on the completion
+		// queue's doorbell rather than on a timer. The bound lets us see a
+		// completion another goroutine polled and handed over.
+		wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		var buf [16]Completion
+		n, _ := t.qp.CQ().Wait(wctx, buf[:])
+		cancel()
+		t.handOver(buf[:n])
 	}
 }
 
 // drain polls completions and hands them over.
 func (t *Transmitter) drain() int {
-	var buf [16]Completion
-	n := t.qp.CQ().Poll(buf[:])
-	for _, c := range buf[:n] {
+	// The built-in transports' queues are *memCQ: calling it directly keeps
+	// buf on the stack (through the interface it would escape).
+	if q, ok := t.qp.CQ().(*memCQ); ok {
+		var buf [16]Completion
+		n := q.Poll(buf[:])
+		t.handOver(buf[:n])
+		return n
+	}
+	buf := make([]Completion, 16)
+	n := t.qp.CQ().Poll(buf)
+	t.handOver(buf[:n])
+	return n
+}
+
+// handOver records failures and gives each signaled completion to its waiter.
+func (t *Transmitter) handOver(cs []Completion) {
+	for _, c := range cs {
 		ticket := c.WRID >> slotBits
 		if c.Status != StatusSuccess {
 			err := fmt.Errorf("dtutils: %v operation %d failed: %w", c.Op, ticket, c.Status.Err())
@@ -266,7 +292,6 @@ func (t *Transmitter) drain() int {
 			t.slots[i].Store((ticket+1)<<8 | uint64(c.Status))
 		}
 	}
-	return n
 }
 
 // Poll processes completions without posting (for a sender that has stopped
