@@ -32,3 +32,11 @@ func (f *fifo[T]) pop() (T, bool) {
 }
 
 func (f *fifo[T]) len() int { return f.n }
+
+func (f *fifo[T]) peek() (T, bool) {
+	var zero T
+	if f.n == 0 {
+		return zero, false
+	}
+	return f.buf[f.head], true
+}

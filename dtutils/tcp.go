@@ -418,11 +418,13 @@ func (q *tcpQP) request(br *bufio.Reader, f frame, local localTarget, scratch []
 func (q *tcpQP) response(br *bufio.Reader, f frame) error {
 	op := Op(f.op &^ frameResp)
 	if !needsResponse(op, f.flags&flagSignaled != 0) {
-		q.cq.push(Completion{WRID: f.wrid, Op: op, Status: f.status})
+		q.complete(Completion{WRID: f.wrid, Op: op, Status: f.status}, false)
 		return nil
 	}
+	// Peek, not pop: until its completion is queued the operation stays
+	// pending, so a concurrent fail reports it in order with the rest.
 	q.mu.Lock()
-	p, ok := q.pending.pop()
+	p, ok := q.pending.peek()
 	q.mu.Unlock()
 	if !ok || p.wrid != f.wrid || p.op != op {
 		return fmt.Errorf("%w: rank %d answered an operation that was not pending", ErrConnectionLost, q.peerRank)
@@ -437,10 +439,26 @@ func (q *tcpQP) response(br *bufio.Reader, f frame) error {
 			return fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
 		}
 	}
-	if p.signaled || f.status != StatusSuccess {
-		q.cq.push(Completion{WRID: p.wrid, Op: op, Status: f.status, Bytes: int(f.length), retire: p.retire, hasRet: p.signaled})
-	}
+	c := Completion{WRID: p.wrid, Op: op, Status: f.status, Bytes: int(f.length), retire: p.retire, hasRet: p.signaled}
+	q.complete(c, true)
 	return nil
+}
+
+// complete queues a completion unless the connection was declared lost
+// (fail then reported every pending operation). pop removes the pending
+// operation it answers.
+func (q *tcpQP) complete(c Completion, pop bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.lostErr != nil {
+		return
+	}
+	if pop {
+		q.pending.pop()
+	}
+	if c.hasRet || c.Status != StatusSuccess {
+		q.cq.push(c)
+	}
 }
 
 // readPublish reads len(dst) bytes from r into dst with publish's
