@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -30,28 +32,33 @@ var transports = []struct {
 		return f.NewProvider(pa), f.NewProvider(pb)
 	}},
 	{"tcp", func(t testing.TB, pa, pb *Process) (Provider, Provider) {
-		a, err := NewTCP(pa, DefaultTCPConfig())
+		cfg := DefaultTCPConfig()
+		cfg.Logger = quietLog
+		a, err := NewTCP(pa, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := NewTCP(pb, DefaultTCPConfig())
+		b, err := NewTCP(pb, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return a, b
 	}},
 	{"shm", func(t testing.TB, pa, pb *Process) (Provider, Provider) {
-		a, err := NewSHM(pa, SHMConfig{})
+		a, err := NewSHM(pa, SHMConfig{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := NewSHM(pb, SHMConfig{})
+		b, err := NewSHM(pb, SHMConfig{Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return a, b
 	}},
 }
+
+// quietLog keeps expected connection events out of test and benchmark output.
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func newProcess(t testing.TB, rank uint32, mut func(*ProcessConfig)) *Process {
 	t.Helper()

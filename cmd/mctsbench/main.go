@@ -2,37 +2,52 @@
 // paper's microbenchmarks.
 //
 //	mctsbench demo    [-procs P] [-threads T] [-board N] [-visits V] [-moves M] ...
-//	mctsbench micro   [-mode send,write,trad,ovfl,raw] [-sizes 8,64,256] [-n N] ...
+//	mctsbench micro   [-mode raw,send,write,trad,ovfl] [-sizes 8,64,256] [-n N]
+//	                  [-reps R] [-transport shm|tcp] [-json]
 //	mctsbench latency [-size 8] [-n N] [-json]
 //	mctsbench htp     (Hex engine on stdin/stdout)
 //
-// See DESIGN.md §8. Subcommands whose layers are not built yet say so and
-// exit with status 2 rather than pretend.
+// See DESIGN.md §8. Subcommands and modes whose layers are not built yet say
+// so and exit with status 2 rather than pretend.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // pending names, for each subcommand not built yet, what it waits for.
 var pending = map[string]string{
-	"demo":    "the distributed MCTS Hex demo (self-launched processes over shared memory); it needs dtutils, dsfabric, riutils, mcts and hex",
-	"micro":   "the paper's microbenchmarks (raw, send, write, trad, ovfl); they need dtutils, dsfabric and riutils",
+	"demo":    "the distributed MCTS Hex demo (self-launched processes over shared memory); it needs dsfabric, riutils, mcts and hex",
 	"latency": "call-and-return round-trip latency; it needs riutils",
 	"htp":     "the Hex engine speaking HTP on stdin/stdout; it needs hex and mcts",
 	"scale":   "the scaling figure (the paper's Fig. 3); it needs mcts",
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale [flags]")
+// pendingModes are micro modes whose layer is not built yet.
+var pendingModes = map[string]string{
+	"send":  "dsfabric (send-based calls)",
+	"write": "riutils (Messenger)",
+	"trad":  "riutils (Aggregator, trad mode)",
+	"ovfl":  "riutils (Aggregator, ovfl mode)",
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale [flags]  (mctsbench SUBCOMMAND -h for flags)")
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
 		usage(stdout)
 		return 0
+	}
+	switch args[0] {
+	case "micro":
+		return micro(args[1:], stdin, stdout, stderr)
 	}
 	what, ok := pending[args[0]]
 	if !ok {
@@ -44,4 +59,62 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad size %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("micro", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	modes := fs.String("mode", "raw", "comma-separated modes: raw, send, write, trad, ovfl")
+	sizes := fs.String("sizes", "8,64,256", "comma-separated record sizes in bytes (multiples of 8)")
+	n := fs.Int("n", 500000, "records per repetition (the first 10% are warm-up, not timed)")
+	reps := fs.Int("reps", 3, "repetitions; the median is reported")
+	transport := fs.String("transport", "shm", "shm (same machine) or tcp")
+	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	sz, err := parseSizes(*sizes)
+	if err != nil || *n < 10 || *reps < 1 {
+		fmt.Fprintf(stderr, "mctsbench micro: -sizes, -n (≥ 10) or -reps (≥ 1) invalid: %v\n", err)
+		return 2
+	}
+	spec := rawSpec{transport: *transport, sizes: sz, n: *n, reps: *reps}
+	var all []Result
+	for _, mode := range strings.Split(*modes, ",") {
+		if layer, ok := pendingModes[mode]; ok {
+			fmt.Fprintf(stderr, "mctsbench micro: mode %q is not available yet: it needs %s, which is not built yet\n", mode, layer)
+			return 2
+		}
+		if mode != "raw" {
+			fmt.Fprintf(stderr, "mctsbench micro: unknown mode %q (want raw, send, write, trad, ovfl)\n", mode)
+			return 2
+		}
+		rs, err := runRaw(spec)
+		if err != nil {
+			fmt.Fprintf(stderr, "mctsbench micro: %v\n", err)
+			return 1
+		}
+		all = append(all, rs...)
+	}
+	if err := printResults(stdout, all, *asJSON); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func main() {
+	if env := os.Getenv(rawRoleEnv); env != "" {
+		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

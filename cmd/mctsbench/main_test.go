@@ -2,14 +2,26 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
+	"os"
 	"strings"
 	"testing"
 )
 
+// The smoke tests run the real binary path: the test binary re-executes
+// itself as the sender, so TestMain dispatches like main.
+func TestMain(m *testing.M) {
+	if env := os.Getenv(rawRoleEnv); env != "" {
+		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
 func TestPendingSubcommandsFailClearly(t *testing.T) {
 	for name := range pending {
 		var out, errb bytes.Buffer
-		if code := run([]string{name}, &out, &errb); code == 0 {
+		if code := run([]string{name}, nil, &out, &errb); code == 0 {
 			t.Errorf("%s exits 0 although it is not built", name)
 		}
 		if !strings.Contains(errb.String(), "not available yet") {
@@ -17,10 +29,82 @@ func TestPendingSubcommandsFailClearly(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"bogus"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown subcommand") {
+	if code := run([]string{"bogus"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown subcommand") {
 		t.Errorf("unknown subcommand: %d %q", code, errb.String())
 	}
-	if code := run(nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage") {
+	if code := run(nil, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage") {
 		t.Errorf("no arguments: %d %q", code, out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"micro", "-mode", "trad"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "riutils") {
+		t.Errorf("pending mode: %d %q", code, errb.String())
+	}
+	if code := run([]string{"micro", "-sizes", "8,x"}, nil, &out, &errb); code != 2 {
+		t.Errorf("bad sizes accepted")
+	}
+}
+
+func TestStatistics(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3 = %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of 4 = %v", m)
+	}
+	xs := make([]float64, 1001)
+	for i := range xs {
+		xs[len(xs)-1-i] = float64(i)
+	}
+	for p, want := range map[float64]float64{0: 0, 50: 500, 99: 990, 99.9: 999, 100: 1000} {
+		if got := percentile(xs, p); math.Abs(got-want) > 1e-9 {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median of nothing is not NaN")
+	}
+}
+
+func TestResultJSONSchema(t *testing.T) {
+	var b bytes.Buffer
+	r := newResult("raw", "shm", 64, 1000, []float64{1e6, 3e6, 2e6})
+	if err := printResults(&b, []Result{r}, true); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"mode", "size", "transport", "calls_per_s", "mb_per_s"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b.String())
+		}
+	}
+	if m["calls_per_s"].(float64) != 2e6 || m["mb_per_s"].(float64) != 128 {
+		t.Errorf("median or MB/s wrong: %s", b.String())
+	}
+}
+
+// TestMicroRawSmoke runs the raw benchmark for real, cross-process, with a
+// tiny N, over both transports.
+func TestMicroRawSmoke(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			args := []string{"micro", "-mode", "raw", "-sizes", "8,256", "-n", "2000", "-reps", "1", "-transport", tr, "-json"}
+			var out, errb bytes.Buffer
+			if code := run(args, nil, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("want 2 results, got %q", out.String())
+			}
+			for _, l := range lines {
+				var r Result
+				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != "raw" || r.Transport != tr || r.CallsPerS <= 0 {
+					t.Fatalf("bad result %q: %v", l, err)
+				}
+			}
+		})
 	}
 }
