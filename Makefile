@@ -44,8 +44,10 @@ vet:
 
 # Benchmarks of every package (allocation counts included). The numbers in
 # docs/benchmarks.md come from this target.
-bench:
+bench: $(BIN)/mctsbench
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./...
+	$(BIN)/mctsbench micro -mode raw -sizes 8,16,32,64,128,256,512,1024,2048,4096 -n 500000 -transport shm
+	$(BIN)/mctsbench micro -mode raw -sizes 8,16,32,64,128,256,512,1024,2048,4096 -n 200000 -transport tcp
 
 # Runs every fuzz target for FUZZTIME each; crashers land in testdata/fuzz
 # and are kept as seeds.

@@ -169,6 +169,7 @@ type tcpQP struct {
 	pending fifo[pendingOp]
 	lostErr error
 
+	word      [8]byte // reader goroutine's scratch for readPublish
 	kick      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -352,7 +353,7 @@ func (q *tcpQP) request(br *bufio.Reader, f frame, local localTarget, scratch []
 		// The hot path: straight from the socket buffer into the region.
 		dst, ok := local.mem(f.region, f.key, f.off, f.length)
 		if ok {
-			if err := readPublish(br, dst, &scratch); err != nil {
+			if err := readPublish(br, dst, &q.word); err != nil {
 				return scratch, fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
 			}
 			st, n = StatusSuccess, len(dst)
@@ -434,8 +435,7 @@ func (q *tcpQP) response(br *bufio.Reader, f frame) error {
 		if len(dst) != int(f.payload) {
 			return fmt.Errorf("%w: rank %d answered %d bytes for a %d-byte buffer", ErrConnectionLost, q.peerRank, f.payload, len(dst))
 		}
-		var tmp []byte
-		if err := readPublish(br, dst, &tmp); err != nil {
+		if err := readPublish(br, dst, &q.word); err != nil {
 			return fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
 		}
 	}
@@ -463,13 +463,14 @@ func (q *tcpQP) complete(c Completion, pop bool) {
 
 // readPublish reads len(dst) bytes from r into dst with publish's
 // visibility rule: the final aligned word is stored last, atomically.
-func readPublish(r io.Reader, dst []byte, scratch *[]byte) error {
+// w is reader-owned scratch: a local array would escape through io.Reader
+// and cost an allocation per operation.
+func readPublish(r io.Reader, dst []byte, w *[8]byte) error {
 	n := len(dst)
 	if n >= 8 && (uintptr(unsafe.Pointer(&dst[0]))+uintptr(n))%8 == 0 {
 		if _, err := io.ReadFull(r, dst[:n-8]); err != nil {
 			return err
 		}
-		var w [8]byte
 		if _, err := io.ReadFull(r, w[:]); err != nil {
 			return err
 		}
