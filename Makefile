@@ -27,10 +27,10 @@ demo: $(BIN)/mctsbench
 setup:
 	@sh scripts/reserve-hugepages.sh
 
+# The Transmitter hammer also runs at full size (8 goroutines × 1 M
+# operations) without the race detector, which would make it take minutes.
 test: setup lint
 	$(GO) test $(TESTFLAGS) ./...
-	# The Transmitter hammer at full size (8 goroutines × 1 M operations)
-	# runs without the race detector, which would make it take minutes.
 	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
 
 lint: fmt-check vet

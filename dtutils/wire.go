@@ -107,6 +107,9 @@ func parseEndpoint(b []byte, transport uint8) (endpoint, error) {
 	if b[0] != transport || b[1] != endpointVersion {
 		return endpoint{}, fmt.Errorf("%w: transport %d version %d, want transport %d version %d", ErrBadEndpoint, b[0], b[1], transport, endpointVersion)
 	}
+	if binary.LittleEndian.Uint16(b[2:]) != 0 || binary.LittleEndian.Uint32(b[20:]) != 0 {
+		return endpoint{}, fmt.Errorf("%w: reserved bytes set", ErrBadEndpoint)
+	}
 	n := int(binary.LittleEndian.Uint16(b[32:]))
 	if n > maxAddrLen || len(b) != endpointFixed+n {
 		return endpoint{}, fmt.Errorf("%w: address of %d bytes in %d", ErrBadEndpoint, n, len(b))
