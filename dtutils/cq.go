@@ -70,6 +70,34 @@ func (q *memCQ) Poll(dst []Completion) int {
 }
 
 func (q *memCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
+	return waitOn(ctx, q, dst)
+}
+
+// sleep blocks until a producer rings the bell or ctx ends.
+func (q *memCQ) sleep(ctx context.Context, dst []Completion) int {
+	q.sleepers.Add(1)
+	defer q.sleepers.Add(-1)
+	if n := q.Poll(dst); n > 0 { // a push between our last poll and the announcement
+		return n
+	}
+	select {
+	case <-q.bell:
+	case <-ctx.Done():
+	}
+	return 0
+}
+
+// sleeper is a completion queue that can block until a producer rings.
+type sleeper interface {
+	Poll(dst []Completion) int
+	// sleep announces a sleeper, re-polls, then blocks until woken, ctx
+	// ends or a bound passes; it returns what the re-poll found.
+	sleep(ctx context.Context, dst []Completion) int
+}
+
+// waitOn is the Wait of every completion queue: poll, spin and yield
+// briefly, then sleep on the doorbell.
+func waitOn(ctx context.Context, q sleeper, dst []Completion) (int, error) {
 	var b Backoff
 	for {
 		if n := q.Poll(dst); n > 0 {
@@ -82,15 +110,8 @@ func (q *memCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
 			b.Wait()
 			continue
 		}
-		q.sleepers.Add(1)
-		if n := q.Poll(dst); n > 0 {
-			q.sleepers.Add(-1)
+		if n := q.sleep(ctx, dst); n > 0 {
 			return n, nil
 		}
-		select {
-		case <-q.bell:
-		case <-ctx.Done():
-		}
-		q.sleepers.Add(-1)
 	}
 }

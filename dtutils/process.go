@@ -55,6 +55,7 @@ type Process struct {
 	// posted and polled count receives, so that posted-but-unpolled ones
 	// never exceed the completion ring's capacity.
 	posted, polled atomic.Uint64
+	recvCQ         *ringCQ
 }
 
 // NewProcess creates the process state and its registry.
@@ -79,6 +80,7 @@ func NewProcess(cfg ProcessConfig) (*Process, error) {
 		reg.Close()
 		return nil, err
 	}
+	p.recvCQ = &ringCQ{p.rcq, &p.polled}
 	return p, nil
 }
 
@@ -120,7 +122,7 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 }
 
 // RecvCQ returns the completion queue of the shared receive queue.
-func (p *Process) RecvCQ() CompletionQueue { return ringCQ{p.rcq, &p.polled} }
+func (p *Process) RecvCQ() CompletionQueue { return p.recvCQ }
 
 // Close releases the process's registered memory, the receive queues included.
 func (p *Process) Close() error { return p.reg.Close() }
@@ -137,7 +139,7 @@ type ringCQ struct {
 	polled *atomic.Uint64
 }
 
-func (q ringCQ) Poll(dst []Completion) int {
+func (q *ringCQ) Poll(dst []Completion) int {
 	var e [recvComplSize]byte
 	n := 0
 	for n < len(dst) && q.r.dequeue(e[:]) {
@@ -148,20 +150,13 @@ func (q ringCQ) Poll(dst []Completion) int {
 	return n
 }
 
-func (q ringCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
-	var b Backoff
-	for {
-		if n := q.Poll(dst); n > 0 {
-			return n, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		if !b.Sleepy() {
-			b.Wait()
-			continue
-		}
-		// The futex sleep is bounded so that ctx is rechecked.
-		q.r.sleep(50*time.Millisecond, func() bool { return !q.r.empty() })
-	}
+func (q *ringCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
+	return waitOn(ctx, q, dst)
+}
+
+// sleep blocks on the ring's futex doorbell, at most 50 ms so that ctx is
+// rechecked.
+func (q *ringCQ) sleep(ctx context.Context, dst []Completion) int {
+	q.r.sleep(50*time.Millisecond, func() bool { return !q.r.empty() })
+	return 0
 }
