@@ -1,0 +1,103 @@
+package dsfabric
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/seriema-go/seriema/numa"
+)
+
+// Config configures Start. The zero value is usable: every field documents
+// its default.
+type Config struct {
+	// Procs is the number of processes a self-launched job has: the binary
+	// re-executes itself Procs−1 times. Ignored under mpirun, srun or a PMI
+	// launcher, which say the size. Default 1.
+	Procs int
+	// ThreadsPerProcess is the number of worker threads in every process.
+	// Default 1.
+	ThreadsPerProcess int
+	// ServiceThreads is the number of goroutines serving send-based calls
+	// in every process. Default 1.
+	ServiceThreads int
+	// Transport is "" to choose per pair of processes (same machine: shm,
+	// else tcp), or "shm" or "tcp" to force one.
+	Transport string
+	// Handlers holds the handlers; register them before Start, identically in
+	// every process. Default: an empty set (see Fabric.Handlers).
+	Handlers *Handlers
+	// Worker is the body each worker thread runs; it should poll its worker
+	// (Worker.Poll) so that calls to it run. Default: Worker.Serve until the
+	// fabric closes.
+	Worker func(w *Worker)
+	// Pin pins each worker thread to a CPU chosen by Placement.
+	Pin bool
+	// Placement is the policy Pin uses (numa.Fill by default).
+	Placement numa.Policy
+	// BootstrapTimeout bounds the formation of the job: rank 0 waits this
+	// long for every rank, others for rank 0. Default 30 s.
+	BootstrapTimeout time.Duration
+	// Listen is the local address of the tcp transport (and of a tcp
+	// coordinator at rank 0). Default "127.0.0.1:0" when every rank is on
+	// one machine, ":0" otherwise.
+	Listen string
+	// MaxMessage is the largest send-based message: 32-byte header,
+	// arguments and buffer. Default 64 KiB.
+	MaxMessage int
+	// RecvBuffers is the number of receive buffers of MaxMessage bytes each
+	// process posts. Default 128.
+	RecvBuffers int
+	// Args are the arguments of self-launched ranks. Default os.Args[1:].
+	Args []string
+	// Logger receives the fabric's events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) fill() error {
+	if c.Procs == 0 {
+		c.Procs = 1
+	}
+	if c.ThreadsPerProcess == 0 {
+		c.ThreadsPerProcess = 1
+	}
+	if c.ServiceThreads == 0 {
+		c.ServiceThreads = 1
+	}
+	if c.Handlers == nil {
+		c.Handlers = NewHandlers()
+	}
+	if c.BootstrapTimeout == 0 {
+		c.BootstrapTimeout = 30 * time.Second
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = 64 << 10
+	}
+	if c.RecvBuffers == 0 {
+		c.RecvBuffers = 128
+	}
+	if c.Args == nil {
+		c.Args = os.Args[1:]
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Procs < 1 || c.Procs > 1<<16:
+		return fmt.Errorf("%w: Procs %d", ErrBadConfig, c.Procs)
+	case c.ThreadsPerProcess < 1 || c.ThreadsPerProcess > 1<<12:
+		return fmt.Errorf("%w: ThreadsPerProcess %d", ErrBadConfig, c.ThreadsPerProcess)
+	case c.ServiceThreads < 1:
+		return fmt.Errorf("%w: ServiceThreads %d", ErrBadConfig, c.ServiceThreads)
+	case c.Transport != "" && c.Transport != "shm" && c.Transport != "tcp":
+		return fmt.Errorf("%w: Transport %q (want \"\", shm or tcp)", ErrBadConfig, c.Transport)
+	case c.MaxMessage < callHeader+2*locSize || c.MaxMessage > 1<<30:
+		return fmt.Errorf("%w: MaxMessage %d", ErrBadConfig, c.MaxMessage)
+	case c.RecvBuffers < 1 || c.RecvBuffers > 1<<16:
+		return fmt.Errorf("%w: RecvBuffers %d", ErrBadConfig, c.RecvBuffers)
+	case c.BootstrapTimeout < 0:
+		return fmt.Errorf("%w: BootstrapTimeout %v", ErrBadConfig, c.BootstrapTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,585 @@
+package dsfabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dtutils"
+	"github.com/seriema-go/seriema/numa"
+)
+
+// Fabric is one process's view of a job: its names, its connections to every
+// other process, its service and worker threads.
+type Fabric struct {
+	cfg      Config
+	names    Names
+	rank     int
+	log      *slog.Logger
+	launch   launch
+	handlers *Handlers
+
+	proc  *dtutils.Process
+	provs []dtutils.Provider
+	peers []*peer
+	recv  *alloc.Region
+
+	coord  *coordinator // rank 0
+	client *client      // other ranks
+
+	workers  []*Worker
+	pending  *xsync.MapOf[uint64, *pendingCall]
+	syncs    *xsync.MapOf[uint64, *Synchronizer]
+	nextID   atomic.Uint64
+	dead     []atomic.Pointer[string]
+	unknown  atomic.Int64
+	barSeq   atomic.Uint32
+	barMu    sync.Mutex
+	barWait  map[uint32]chan struct{}
+	closing  atomic.Bool
+	closeErr error
+	once     sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	children []*exec.Cmd
+	childErr []error
+	childWG  sync.WaitGroup
+}
+
+type peer struct {
+	rank int
+	qp   dtutils.QueuePair
+	mu   sync.Mutex // one message in flight per peer: ordering and buf
+	buf  alloc.Memory
+	cs   [8]dtutils.Completion
+}
+
+type pendingCall struct {
+	rank int
+	ch   chan callResult
+}
+
+type callResult struct {
+	data []byte
+	err  error
+}
+
+// Start joins (or, without a launcher, self-launches) the job and returns
+// once every process is connected to every other. It is the one entry
+// point for self-launch, mpirun, srun and PMI launchers.
+func Start(ctx context.Context, cfg Config) (*Fabric, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	l, err := detectLaunch(cfg.Procs)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fabric{cfg: cfg, rank: l.rank, launch: l, handlers: cfg.Handlers,
+		log:     cfg.Logger.With("rank", l.rank),
+		pending: xsync.NewMapOf[uint64, *pendingCall](), syncs: xsync.NewMapOf[uint64, *Synchronizer](),
+		barWait: map[uint32]chan struct{}{}}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.names = Names{Size: l.size, ThreadsPerProcess: cfg.ThreadsPerProcess}
+	f.dead = make([]atomic.Pointer[string], l.size)
+	if err := f.bootstrap(ctx); err != nil {
+		f.teardown()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *Fabric) bootstrap(ctx context.Context) error {
+	l := f.launch
+	deadline := time.Now().Add(f.cfg.BootstrapTimeout)
+	var peers []epEntry
+	if l.rank == 0 {
+		ln, err := listenCoord(l.coord)
+		if err != nil {
+			return err
+		}
+		f.coord = &coordinator{f: f, ln: ln}
+		if l.kind == "self" {
+			if err := f.spawn(); err != nil {
+				return err
+			}
+		}
+		if f.names.Machines, err = f.coord.gather(ctx, l, deadline); err != nil {
+			return err
+		}
+		own, err := f.connectSetup()
+		if err != nil {
+			return err
+		}
+		if peers, err = f.coord.exchange(own, deadline); err != nil {
+			return err
+		}
+	} else {
+		c, err := dialCoord(ctx, l, deadline)
+		if err != nil {
+			return err
+		}
+		f.client = &client{f: f, conn: c}
+		if f.names.Machines, err = f.client.join(l, deadline); err != nil {
+			return err
+		}
+		own, err := f.connectSetup()
+		if err != nil {
+			return err
+		}
+		if peers, err = f.client.exchange(own, l.size, deadline); err != nil {
+			return err
+		}
+	}
+	if err := f.connectPeers(peers); err != nil {
+		return err
+	}
+	if f.coord != nil {
+		f.coord.serve()
+	} else {
+		go f.client.serve()
+	}
+	f.startThreads()
+	bctx, cancel := context.WithDeadline(ctx, deadline.Add(f.cfg.BootstrapTimeout))
+	defer cancel()
+	if err := f.Barrier(bctx); err != nil {
+		return fmt.Errorf("%w: first barrier: %v", ErrBootstrap, err)
+	}
+	f.log.Debug("dsfabric: job formed", "size", l.size, "launcher", l.kind)
+	return nil
+}
+
+// spawn re-executes this binary as ranks 1…size−1.
+func (f *Fabric) spawn() error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBootstrap, err)
+	}
+	f.childErr = make([]error, f.launch.size)
+	for r := 1; r < f.launch.size; r++ {
+		cmd := exec.Command(self, f.cfg.Args...)
+		cmd.Env = append(os.Environ(), EnvRank+"="+strconv.Itoa(r), EnvSize+"="+strconv.Itoa(f.launch.size),
+			EnvCoord+"="+f.launch.coord, EnvToken+"="+f.launch.token)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+		// A rank must not outlive the launcher.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("%w: starting rank %d: %v", ErrBootstrap, r, err)
+		}
+		f.children = append(f.children, cmd)
+		f.childWG.Add(1)
+		go func(r int, cmd *exec.Cmd) {
+			defer f.childWG.Done()
+			if err := cmd.Wait(); err != nil {
+				f.childErr[r] = fmt.Errorf("rank %d (pid %d) %v", r, cmd.Process.Pid, err)
+				if !f.closing.Load() || err != nil {
+					f.markDead(r, "process "+err.Error())
+				}
+			}
+		}(r, cmd)
+	}
+	return nil
+}
+
+// connectSetup creates the process state and one queue pair per peer, and
+// returns the endpoints to publish.
+func (f *Fabric) connectSetup() ([]epEntry, error) {
+	size := f.names.Size
+	pc := dtutils.DefaultProcessConfig(uint32(f.rank))
+	pc.ReceiveSlots = 1
+	for pc.ReceiveSlots < f.cfg.RecvBuffers {
+		pc.ReceiveSlots <<= 1
+	}
+	var err error
+	if f.proc, err = dtutils.NewProcess(pc); err != nil {
+		return nil, err
+	}
+	local := true
+	for r := 0; r < size; r++ {
+		local = local && f.names.SameMachine(f.rank, r)
+	}
+	var shm, tcp dtutils.Provider
+	f.peers = make([]*peer, size)
+	var own []epEntry
+	for r := 0; r < size; r++ {
+		if r == f.rank {
+			continue
+		}
+		useTCP := f.cfg.Transport == "tcp" || (f.cfg.Transport == "" && !f.names.SameMachine(f.rank, r))
+		var prov dtutils.Provider
+		code := uint8(transportSHM)
+		if useTCP {
+			if tcp == nil {
+				tc := dtutils.DefaultTCPConfig()
+				tc.Logger = f.log
+				if f.cfg.Listen != "" {
+					tc.Listen = f.cfg.Listen
+				} else if !local {
+					tc.Listen = ":0"
+				}
+				if tcp, err = dtutils.NewTCP(f.proc, tc); err != nil {
+					return nil, err
+				}
+				f.provs = append(f.provs, tcp)
+			}
+			prov, code = tcp, transportTCP
+		} else {
+			if shm == nil {
+				if shm, err = dtutils.NewSHM(f.proc, dtutils.SHMConfig{Logger: f.log}); err != nil {
+					return nil, err
+				}
+				f.provs = append(f.provs, shm)
+			}
+			prov = shm
+		}
+		qp, err := prov.NewQueuePair()
+		if err != nil {
+			return nil, err
+		}
+		f.peers[r] = &peer{rank: r, qp: qp}
+		own = append(own, epEntry{peer: uint32(r), transport: code, ep: qp.Endpoint()})
+	}
+	// Calls to this process's own threads take the same path, over loop.
+	lf := dtutils.NewLoopFabric()
+	lp := lf.NewProvider(f.proc)
+	f.provs = append(f.provs, lp)
+	a, _ := lp.NewQueuePair()
+	b, _ := lp.NewQueuePair()
+	if err := errors.Join(a.Connect(b.Endpoint()), b.Connect(a.Endpoint())); err != nil {
+		return nil, err
+	}
+	f.peers[f.rank] = &peer{rank: f.rank, qp: a}
+	// Send buffers (one per peer) and posted receive buffers.
+	mm := f.cfg.MaxMessage
+	region, err := f.proc.Registry().NewRegion(mm*(size+f.cfg.RecvBuffers), alloc.RegionConfig{Name: "fabric"})
+	if err != nil {
+		return nil, err
+	}
+	f.recv = region
+	for r := 0; r < size; r++ {
+		f.peers[r].buf, _ = region.Memory(r*mm, mm)
+	}
+	for i := 0; i < f.cfg.RecvBuffers; i++ {
+		if err := f.proc.PostRecv(f.recvBuf(i), uint64(i)); err != nil {
+			return nil, err
+		}
+	}
+	return own, nil
+}
+
+func (f *Fabric) recvBuf(i int) alloc.Memory {
+	m, _ := f.recv.Memory((f.names.Size+i)*f.cfg.MaxMessage, f.cfg.MaxMessage)
+	return m
+}
+
+func (f *Fabric) connectPeers(es []epEntry) error {
+	if len(es) != f.names.Size-1 {
+		return fmt.Errorf("%w: got %d peer endpoints, want %d", ErrBootstrap, len(es), f.names.Size-1)
+	}
+	errs := make(chan error, len(es))
+	for _, e := range es {
+		p := f.peers[e.peer]
+		if p == nil || e.peer == uint32(f.rank) {
+			return fmt.Errorf("%w: endpoint from rank %d", ErrBootstrap, e.peer)
+		}
+		go func(p *peer, ep []byte) {
+			if err := p.qp.Connect(ep); err != nil {
+				errs <- fmt.Errorf("%w: connecting to rank %d: %v", ErrBootstrap, p.rank, err)
+				return
+			}
+			errs <- nil
+		}(p, e.ep)
+	}
+	var all []error
+	for range es {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// startThreads starts service and worker threads.
+func (f *Fabric) startThreads() {
+	for i := 0; i < f.cfg.ServiceThreads; i++ {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.serveRecv()
+		}()
+	}
+	localIndex := 0 // this process's index among the ranks of its machine
+	for r := 0; r < f.rank; r++ {
+		if f.names.SameMachine(r, f.rank) {
+			localIndex++
+		}
+	}
+	var topo *numa.Topology
+	if f.cfg.Pin {
+		if t, err := numa.Load(""); err == nil {
+			if cpus, err := numa.Affinity(); err == nil {
+				t = t.Restrict(cpus)
+			}
+			topo = t
+		} else {
+			f.log.Warn("dsfabric: no topology, workers not pinned", "err", err)
+		}
+	}
+	body := f.cfg.Worker
+	if body == nil {
+		body = func(w *Worker) { w.Serve(f.ctx) }
+	}
+	for t := 0; t < f.cfg.ThreadsPerProcess; t++ {
+		id, _ := f.names.Thread(f.rank, t)
+		w := &Worker{f: f, id: id, bell: make(chan struct{}, 1)}
+		f.workers = append(f.workers, w)
+		f.wg.Add(1)
+		go func(t int) {
+			defer f.wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if topo != nil {
+				cpu, _, err := topo.Place(f.cfg.Placement, localIndex*f.cfg.ThreadsPerProcess+t)
+				if err == nil {
+					err = numa.Pin(cpu)
+				}
+				if err != nil {
+					f.log.Warn("dsfabric: pinning a worker failed", "thread", t, "err", err)
+				}
+			}
+			body(w)
+		}(t)
+	}
+}
+
+// serveRecv is a service thread: it takes send-based messages from the
+// shared receive queue, runs service calls, hands worker calls over and
+// reposts the buffer.
+func (f *Fabric) serveRecv() {
+	cq := f.proc.RecvCQ()
+	var cs [16]dtutils.Completion
+	for {
+		n, err := cq.Wait(f.ctx, cs[:])
+		if err != nil {
+			return
+		}
+		for _, c := range cs[:n] {
+			m := f.recvBuf(int(c.WRID))
+			if c.Status == dtutils.StatusSuccess {
+				f.dispatch(m.Bytes()[:c.Bytes], int(c.Src))
+			} else {
+				f.log.Warn("dsfabric: failed receive", "from", c.Src, "status", c.Status)
+			}
+			if err := f.proc.PostRecv(m, c.WRID); err != nil && !f.closing.Load() {
+				f.log.Error("dsfabric: reposting a receive buffer", "err", err)
+			}
+		}
+	}
+}
+
+// Rank returns this process's rank.
+func (f *Fabric) Rank() int { return f.rank }
+
+// Size returns the number of processes.
+func (f *Fabric) Size() int { return f.names.Size }
+
+// Names returns the job's names.
+func (f *Fabric) Names() Names { return f.names }
+
+// Handlers returns the handler set.
+func (f *Fabric) Handlers() *Handlers { return f.handlers }
+
+// Process returns the dtutils process state (registered memory).
+func (f *Fabric) Process() *dtutils.Process { return f.proc }
+
+// Worker returns local worker thread t.
+func (f *Fabric) Worker(t int) *Worker { return f.workers[t] }
+
+// Launcher names how the job was started: "self", "child", "mpirun", "srun" or "pmi".
+func (f *Fabric) Launcher() string { return f.launch.kind }
+
+// UnknownHandlerCalls counts fire-and-forget calls that named no handler.
+func (f *Fabric) UnknownHandlerCalls() int64 { return f.unknown.Load() }
+
+// Done is closed when the fabric closes; custom worker bodies return then.
+func (f *Fabric) Done() <-chan struct{} { return f.ctx.Done() }
+
+func (f *Fabric) isDead(r int) bool { return f.dead[r].Load() != nil }
+
+// DeadRanks returns the ranks known dead, with the reason.
+func (f *Fabric) DeadRanks() map[int]string {
+	m := map[int]string{}
+	for r := range f.dead {
+		if p := f.dead[r].Load(); p != nil {
+			m[r] = *p
+		}
+	}
+	return m
+}
+
+func (f *Fabric) deadErr(r int) error {
+	if p := f.dead[r].Load(); p != nil {
+		return fmt.Errorf("%w: rank %d: %s", ErrRankDead, r, *p)
+	}
+	return nil
+}
+
+// markDead records that rank r died, fails calls waiting for it and, at
+// rank 0, tells every other rank.
+func (f *Fabric) markDead(r int, reason string) {
+	if r == f.rank || !f.dead[r].CompareAndSwap(nil, &reason) {
+		return
+	}
+	if !f.closing.Load() {
+		f.log.Error("dsfabric: rank died", "dead", r, "reason", reason)
+	}
+	f.pending.Range(func(id uint64, p *pendingCall) bool {
+		if p.rank == r {
+			if _, ok := f.pending.LoadAndDelete(id); ok {
+				p.ch <- callResult{err: f.deadErr(r)}
+			}
+		}
+		return true
+	})
+	if f.coord != nil {
+		go f.coord.announce(r, reason)
+	}
+}
+
+// Barrier returns once every live rank called Barrier as often.
+func (f *Fabric) Barrier(ctx context.Context) error {
+	seq := f.barSeq.Add(1)
+	f.barMu.Lock()
+	ch, ok := f.barWait[seq]
+	if !ok {
+		ch = make(chan struct{})
+		f.barWait[seq] = ch
+	}
+	f.barMu.Unlock()
+	if f.coord != nil {
+		f.coord.arrive(0, seq)
+	} else if err := f.client.send(wbuf{msgBarrier}.u32(seq)); err != nil {
+		return fmt.Errorf("%w: barrier: %v", ErrRankDead, f.deadErrOr(0, err))
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *Fabric) deadErrOr(r int, err error) error {
+	if d := f.deadErr(r); d != nil {
+		return d
+	}
+	return err
+}
+
+// released is called when barrier seq completes.
+func (f *Fabric) released(seq uint32) {
+	f.barMu.Lock()
+	ch, ok := f.barWait[seq]
+	if !ok {
+		ch = make(chan struct{})
+		f.barWait[seq] = ch
+	}
+	delete(f.barWait, seq)
+	f.barMu.Unlock()
+	close(ch)
+}
+
+// Close waits (at most 30 s) until every live rank calls Close, then stops
+// the threads and releases everything. At a self-launch's rank 0 it also
+// waits for the other ranks to exit and reports those that failed, by rank.
+func (f *Fabric) Close() error {
+	f.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := f.Barrier(ctx); err != nil {
+			f.log.Warn("dsfabric: closing without the other ranks", "err", err)
+		}
+		f.closing.Store(true)
+		if f.client != nil {
+			f.client.send(wbuf{msgBye})
+		} else if f.coord != nil {
+			live := 0
+			for r := 1; r < f.names.Size; r++ {
+				if !f.isDead(r) {
+					live++
+				}
+			}
+			timeout := time.After(10 * time.Second)
+			for i := 0; i < live; i++ {
+				select {
+				case <-f.coord.left:
+				case <-timeout:
+					i = live
+				}
+			}
+		}
+		f.closeErr = f.teardown()
+	})
+	return f.closeErr
+}
+
+func (f *Fabric) teardown() error {
+	f.closing.Store(true)
+	f.cancel()
+	for _, w := range f.workers {
+		w.wake()
+	}
+	f.wg.Wait()
+	for _, p := range f.provs {
+		p.Close()
+	}
+	if f.proc != nil {
+		f.proc.Close()
+	}
+	if f.client != nil {
+		f.client.conn.Close()
+	}
+	if f.coord != nil {
+		f.coord.ln.Close()
+		for _, c := range f.coord.conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	var errs []error
+	if len(f.children) > 0 {
+		done := make(chan struct{})
+		go func() { f.childWG.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			for _, c := range f.children {
+				c.Process.Kill()
+			}
+			<-done
+		}
+		for _, e := range f.childErr {
+			if e != nil {
+				errs = append(errs, e)
+			}
+		}
+	}
+	if f.launch.ownDir != "" {
+		os.RemoveAll(f.launch.ownDir)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("dsfabric: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,418 @@
+package dsfabric
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role))
+	}
+	os.Exit(m.Run())
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// runArgs makes self-launched ranks run exactly the current (sub)test.
+func runArgs(t *testing.T) []string {
+	parts := strings.Split(t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return []string{"-test.run=" + strings.Join(parts, "/")}
+}
+
+// job runs body in every rank of a self-launched job (SPMD): the test
+// binary re-executes itself as the other ranks, which run this same test.
+func job(t *testing.T, procs, threads int, transport string, reg func(*Handlers), body func(*testing.T, *Fabric)) {
+	h := NewHandlers()
+	reg(h)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := Start(ctx, Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h,
+		Args: runArgs(t), BootstrapTimeout: 30 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body(t, f)
+	if err := f.Close(); err != nil {
+		t.Fatalf("rank %d: close: %v", f.Rank(), err)
+	}
+}
+
+// Per-process state the handlers of TestPrimitives update.
+type counters struct {
+	calls, service, bufOK, bufBad, bcast, bcastBuf [16]atomic.Int64
+}
+
+func pattern(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(i*13 + seed)
+	}
+}
+
+func hasPattern(b []byte, seed int) bool {
+	for i := range b {
+		if b[i] != byte(i*13+seed) {
+			return false
+		}
+	}
+	return true
+}
+
+type addArg struct {
+	V    int
+	From ThreadID
+}
+type addRes struct {
+	V    int
+	Ran  ThreadID
+	Rank int
+}
+
+// TestPrimitives (paper Table 1, send-based): every primitive between every
+// pair of threads, with 2 and 4 ranks over shm and tcp.
+func TestPrimitives(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		for _, procs := range []int{2, 4} {
+			t.Run(fmt.Sprintf("%s-%d", tr, procs), func(t *testing.T) { primitives(t, procs, tr) })
+		}
+	}
+}
+
+func primitives(t *testing.T, procs int, transport string) {
+	const threads = 2
+	var c counters
+	var dest *alloc.Region
+	var (
+		hAdd, hCall, hSvc, hBuf, hBcast, hBcastBuf, hDest HandlerID
+	)
+	reg := func(h *Handlers) {
+		hAdd, _ = RegisterTyped(h, "add", func(call *Call, a addArg) (addRes, error) {
+			if a.From != call.Src {
+				return addRes{}, fmt.Errorf("argument says %d, Src says %d", a.From, call.Src)
+			}
+			return addRes{V: a.V + 1, Ran: call.Dst, Rank: call.Fabric.Rank()}, nil
+		})
+		hCall, _ = h.Register("count", func(call *Call, args []byte) ([]byte, error) {
+			c.calls[call.Fabric.Names().ThreadRank(call.Dst)].Add(1)
+			return nil, nil
+		})
+		hSvc, _ = h.Register("service", func(call *Call, args []byte) ([]byte, error) {
+			c.service[0].Add(1)
+			return nil, nil
+		})
+		hBuf, _ = h.Register("buffer", func(call *Call, args []byte) ([]byte, error) {
+			seed := int(binary.LittleEndian.Uint32(args))
+			if hasPattern(call.Buffer, seed) && len(call.Buffer) == 1000 {
+				c.bufOK[0].Add(1)
+			} else {
+				c.bufBad[0].Add(1)
+			}
+			return nil, nil
+		})
+		hBcast, _ = h.Register("bcast", func(call *Call, args []byte) ([]byte, error) {
+			c.bcast[call.Fabric.Names().ThreadRank(call.Dst)].Add(1)
+			return nil, nil
+		})
+		hBcastBuf, _ = h.Register("bcastbuf", func(call *Call, args []byte) ([]byte, error) {
+			if hasPattern(call.Buffer, 7) {
+				c.bcastBuf[call.Fabric.Names().ThreadRank(call.Dst)].Add(1)
+			}
+			return nil, nil
+		})
+		hDest, _ = h.Register("dest", func(call *Call, args []byte) ([]byte, error) {
+			// A 1000-byte slot of this process's memory for the caller's rank.
+			l, err := dest.Locator(int(call.Fabric.Names().Rank(call.Src))*1024, 1000)
+			if err != nil {
+				return nil, err
+			}
+			return l.MarshalBinary()
+		})
+	}
+	job(t, procs, threads, transport, reg, func(t *testing.T, f *Fabric) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		if dest, err = f.Process().Registry().NewRegion(64<<10, alloc.RegionConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Barrier(ctx); err != nil { // every rank's dest exists
+			t.Fatal(err)
+		}
+		me, _ := f.Names().Thread(f.Rank(), 0)
+		all := f.Names().Threads()
+		local, _ := f.Process().Registry().NewRegion(64<<10, alloc.RegionConfig{})
+		orig, _ := local.Memory(0, 1000)
+		pattern(orig.Bytes(), f.Rank())
+		// Per thread: 1 call and 3 buffer calls; per rank: 1 service call;
+		// 2 broadcasts notified by every thread.
+		done := NewSynchronizer(4*all+f.Size()+2*all, Executed, nil)
+		for d := 0; d < all; d++ {
+			dst := ThreadID(d)
+			r, err := CallReturnTyped[addRes](ctx, f, me, dst, hAdd, addArg{V: d * 10, From: me})
+			if err != nil || r.V != d*10+1 || r.Ran != dst || r.Rank != f.Names().Rank(dst) {
+				t.Fatalf("add on thread %d: %+v, %v", d, r, err)
+			}
+			if err := f.Call(me, dst, hCall, []byte("x"), done); err != nil {
+				t.Fatal(err)
+			}
+			seed := make([]byte, 4)
+			binary.LittleEndian.PutUint32(seed, uint32(f.Rank()))
+			if err := f.CallBuffer(me, dst, hBuf, seed, orig.Bytes(), done); err != nil {
+				t.Fatal(err)
+			}
+			lb, err := f.CallServiceReturn(ctx, me, f.Names().Rank(dst), hDest, nil)
+			var dl alloc.Locator
+			if err == nil {
+				err = dl.UnmarshalBinary(lb)
+			}
+			if err != nil {
+				t.Fatalf("dest locator: %v", err)
+			}
+			if err := f.CallBufferWrite(me, dst, hBuf, seed, orig, dl, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.CallBufferRead(me, dst, hBuf, seed, orig, dl, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for r := 0; r < f.Size(); r++ {
+			if err := f.CallService(me, r, hSvc, nil, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Broadcast(me, hBcast, nil, done); err != nil {
+			t.Fatal(err)
+		}
+		bb := make([]byte, 300)
+		pattern(bb, 7)
+		if err := f.BroadcastBuffer(me, hBcastBuf, nil, bb, done); err != nil {
+			t.Fatal(err)
+		}
+		if err := done.WaitContext(ctx); err != nil {
+			t.Fatalf("notifications missing: %d of them: %v", done.Count(), err)
+		}
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p := int64(f.Size())
+		for th := 0; th < threads; th++ {
+			if c.calls[th].Load() != p || c.bcast[th].Load() != p || c.bcastBuf[th].Load() != p {
+				t.Errorf("rank %d thread %d: %d calls, %d broadcasts, %d buffer broadcasts; want %d each",
+					f.Rank(), th, c.calls[th].Load(), c.bcast[th].Load(), c.bcastBuf[th].Load(), p)
+			}
+		}
+		if c.service[0].Load() != p {
+			t.Errorf("rank %d: %d service calls, want %d", f.Rank(), c.service[0].Load(), p)
+		}
+		if c.bufOK[0].Load() != 3*p*threads || c.bufBad[0].Load() != 0 {
+			t.Errorf("rank %d: %d good and %d bad buffers, want %d good", f.Rank(), c.bufOK[0].Load(), c.bufBad[0].Load(), 3*p*threads)
+		}
+	})
+}
+
+// TestMisuse: unknown handlers and oversize calls fail clearly and the
+// receiver keeps running.
+func TestMisuse(t *testing.T) {
+	var hEcho HandlerID
+	job(t, 2, 1, "", func(h *Handlers) {
+		hEcho, _ = h.Register("echo", func(c *Call, a []byte) ([]byte, error) { return a, nil })
+	}, func(t *testing.T, f *Fabric) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		me, _ := f.Names().Thread(f.Rank(), 0)
+		other, _ := f.Names().Thread(1-f.Rank(), 0)
+		_, err := f.CallReturn(ctx, me, other, IDOf("no-such-handler"), nil)
+		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "unknown handler") {
+			t.Fatalf("CallReturn to an unknown handler: %v", err)
+		}
+		if err := f.Call(me, other, IDOf("no-such-handler"), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		s := NewSynchronizer(1, Executed, nil)
+		if err := f.Call(me, other, IDOf("no-such-handler"), nil, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WaitContext(ctx); err != nil {
+			t.Fatal("a notified call to an unknown handler never notified")
+		}
+		big := make([]byte, 64<<10)
+		if err := f.Call(me, other, hEcho, big, nil); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("oversize call: %v", err)
+		}
+		if err := f.Call(me, ThreadID(99), hEcho, nil, nil); !errors.Is(err, ErrBadThread) {
+			t.Fatalf("call to thread 99: %v", err)
+		}
+		out, err := f.CallReturn(ctx, me, other, hEcho, []byte("still alive"))
+		if err != nil || string(out) != "still alive" {
+			t.Fatalf("receiver stopped working: %q %v", out, err)
+		}
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.UnknownHandlerCalls(); n != 1 {
+			t.Errorf("rank %d counted %d fire-and-forget calls to unknown handlers, want 1", f.Rank(), n)
+		}
+	})
+}
+
+func TestHandlerIDs(t *testing.T) {
+	h := NewHandlers()
+	id, err := h.Register("a", func(*Call, []byte) ([]byte, error) { return nil, nil })
+	if err != nil || id != IDOf("a") {
+		t.Fatal(err)
+	}
+	if _, err := h.Register("a", func(*Call, []byte) ([]byte, error) { return nil, nil }); !errors.Is(err, ErrHandlerExists) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	// Find two names with the same 32-bit hash.
+	seen := map[HandlerID]string{}
+	var x, y string
+	for i := 0; ; i++ {
+		n := fmt.Sprintf("h%d", i)
+		if o, ok := seen[IDOf(n)]; ok {
+			x, y = o, n
+			break
+		}
+		seen[IDOf(n)] = n
+	}
+	h.Register(x, func(*Call, []byte) ([]byte, error) { return nil, nil })
+	_, err = h.Register(y, func(*Call, []byte) ([]byte, error) { return nil, nil })
+	if !errors.Is(err, ErrHandlerExists) || !strings.Contains(err.Error(), "share the ID") {
+		t.Fatalf("hash collision %q/%q: %v", x, y, err)
+	}
+}
+
+type binArg struct{ v uint32 }
+
+func (b binArg) AppendBinary(dst []byte) ([]byte, error) {
+	return binary.LittleEndian.AppendUint32(dst, b.v^0xffff), nil
+}
+func (b *binArg) UnmarshalBinary(d []byte) error {
+	if len(d) != 4 {
+		return errors.New("want 4 bytes")
+	}
+	b.v = binary.LittleEndian.Uint32(d) ^ 0xffff
+	return nil
+}
+
+type msgpArg struct{ s string }
+
+func (m msgpArg) MarshalMsg(b []byte) ([]byte, error) { return append(append(b, 'M'), m.s...), nil }
+func (m *msgpArg) UnmarshalMsg(b []byte) ([]byte, error) {
+	if len(b) == 0 || b[0] != 'M' {
+		return b, errors.New("not ours")
+	}
+	m.s = string(b[1:])
+	return nil, nil
+}
+
+func TestCodecOrder(t *testing.T) {
+	b, _ := Encode(nil, msgpArg{"hi"})
+	if string(b) != "Mhi" {
+		t.Errorf("msgp-style type not encoded by MarshalMsg: %q", b)
+	}
+	var m msgpArg
+	if err := Decode(b, &m); err != nil || m.s != "hi" {
+		t.Errorf("msgp decode: %v %q", err, m.s)
+	}
+	b, _ = Encode(nil, binArg{7})
+	var ba binArg
+	if err := Decode(b, &ba); err != nil || ba.v != 7 || binary.LittleEndian.Uint32(b) != 7^0xffff {
+		t.Errorf("binary codec: %v %v", err, ba)
+	}
+	type plain struct{ A int }
+	b, _ = Encode(nil, plain{5})
+	var p plain
+	if err := Decode(b, &p); err != nil || p.A != 5 {
+		t.Errorf("msgpack codec: %v %v", err, p)
+	}
+	if err := Decode([]byte{0xc1}, &p); !errors.Is(err, ErrCodec) {
+		t.Errorf("bad msgpack: %v", err)
+	}
+}
+
+func TestTreeDepth(t *testing.T) {
+	for size := 1; size <= 40; size++ {
+		for root := 0; root < size; root++ {
+			depth := map[int]int{root: 0}
+			queue := []int{root}
+			for len(queue) > 0 {
+				r := queue[0]
+				queue = queue[1:]
+				for _, c := range treeChildren(r, root, size) {
+					if _, dup := depth[c]; dup {
+						t.Fatalf("size %d root %d: rank %d reached twice", size, root, c)
+					}
+					depth[c] = depth[r] + 1
+					queue = append(queue, c)
+				}
+			}
+			maxd := 0
+			for _, d := range depth {
+				maxd = max(maxd, d)
+			}
+			want := 0
+			for 1<<want < size {
+				want++
+			}
+			if len(depth) != size || maxd > want {
+				t.Fatalf("size %d root %d: reached %d ranks, depth %d (want ≤ %d)", size, root, len(depth), maxd, want)
+			}
+		}
+	}
+}
+
+func FuzzCallMessage(f *testing.F) {
+	b := make([]byte, callHeader+3)
+	(&callHdr{kind: kindCall, handler: 1, args: 3}).put(b)
+	f.Add(b)
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, args, tail, err := parseCall(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if callHeader+len(args)+len(tail) != len(data) || int(h.args) != len(args) {
+			t.Fatalf("split %d+%d of %d bytes", len(args), len(tail), len(data))
+		}
+	})
+}
+
+func FuzzCoordinatorMessages(f *testing.F) {
+	f.Add(hello{rank: 1, size: 2, token: []byte("t"), machine: "m"}.encode())
+	f.Add(encodeTable([]string{"a", "b"}))
+	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 1, transport: transportTCP, ep: []byte{1, 2}}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, err := range []error{
+			func() error { _, err := decodeHello(data); return err }(),
+			func() error { _, err := decodeTable(data, 2); return err }(),
+			func() error { _, err := decodeEndpoints(data, msgPeers, 4); return err }(),
+		} {
+			if err != nil && !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("error without ErrBadMessage: %v", err)
+			}
+		}
+		if h, err := decodeHello(data); err == nil && !bytes.Equal(h.encode(), data) {
+			t.Fatal("hello re-encodes differently")
+		}
+	})
+}
