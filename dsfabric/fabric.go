@@ -311,6 +311,11 @@ func (f *Fabric) connectPeers(es []epEntry) error {
 
 // startThreads starts service and worker threads.
 func (f *Fabric) startThreads() {
+	// Every Worker exists before any thread runs: service threads index them.
+	for t := 0; t < f.cfg.ThreadsPerProcess; t++ {
+		id, _ := f.names.Thread(f.rank, t)
+		f.workers = append(f.workers, &Worker{f: f, id: id, bell: make(chan struct{}, 1)})
+	}
 	for i := 0; i < f.cfg.ServiceThreads; i++ {
 		f.wg.Add(1)
 		go func() {
@@ -339,12 +344,9 @@ func (f *Fabric) startThreads() {
 	if body == nil {
 		body = func(w *Worker) { w.Serve(f.ctx) }
 	}
-	for t := 0; t < f.cfg.ThreadsPerProcess; t++ {
-		id, _ := f.names.Thread(f.rank, t)
-		w := &Worker{f: f, id: id, bell: make(chan struct{}, 1)}
-		f.workers = append(f.workers, w)
+	for t, w := range f.workers {
 		f.wg.Add(1)
-		go func(t int) {
+		go func(t int, w *Worker) {
 			defer f.wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -358,7 +360,7 @@ func (f *Fabric) startThreads() {
 				}
 			}
 			body(w)
-		}(t)
+		}(t, w)
 	}
 }
 
