@@ -2,6 +2,7 @@ package dsfabric
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -51,6 +52,9 @@ type Config struct {
 	RecvBuffers int
 	// Args are the arguments of self-launched ranks. Default os.Args[1:].
 	Args []string
+	// Stdout and Stderr receive the output of self-launched ranks. Default
+	// os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
 	// Logger receives the fabric's events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -82,6 +86,12 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
 	}
 	switch {
 	case c.Procs < 1 || c.Procs > 1<<16:

@@ -172,7 +172,7 @@ func (f *Fabric) spawn() error {
 		cmd := exec.Command(self, f.cfg.Args...)
 		cmd.Env = append(os.Environ(), EnvRank+"="+strconv.Itoa(r), EnvSize+"="+strconv.Itoa(f.launch.size),
 			EnvCoord+"="+f.launch.coord, EnvToken+"="+f.launch.token)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, f.cfg.Stdout, f.cfg.Stderr
 		// A rank must not outlive the launcher.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
