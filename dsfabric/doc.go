@@ -1,9 +1,90 @@
-// Package dsfabric will hold the distributed-system fabric of Seriema for Go
-// (DESIGN.md §5): job bootstrap for self-launch, mpirun and srun; machine,
-// process and thread names; workers pinned by placement policy; service
-// threads; handler registration by name-derived IDs; the send-based
-// ("no-setup") call primitives of the paper's Table 1; and Synchronizer.
+// Package dsfabric is the distributed-system fabric of Seriema for Go
+// (DESIGN.md §5, the paper's §3 and §4.3): it forms a job of processes,
+// names their threads, and carries send-based ("no-setup") calls between
+// them. It is usable on its own, without riutils.
 //
-// Not implemented yet: tracked by the DSfabric issue. Nothing in this
-// package is usable today.
+// # Starting a job
+//
+// Every process of the job runs the same program and calls Start, the one
+// entry point for every launcher:
+//
+//   - no launcher: the process is rank 0 and re-executes its own binary
+//     Config.Procs−1 times (self-launch), with a fresh per-job secret;
+//   - mpirun (Open MPI), srun (Slurm) or a PMI launcher: rank and size come
+//     from OMPI_COMM_WORLD_RANK/SIZE, SLURM_PROCID/SLURM_NTASKS or
+//     PMI_RANK/PMI_SIZE. When every rank is on one machine the coordinator is
+//     a unix socket named after the launcher's job ID in a private directory;
+//     across machines set SERIEMA_COORD=host:port (rank 0's address) and
+//     SERIEMA_JOB_TOKEN to a shared secret.
+//
+// Rank 0 coordinates: hellos carry the job token (compared in constant time;
+// a wrong one is refused and logged while the job goes on forming), rank 0
+// publishes the table of machines, every pair of processes connects a queue
+// pair (shm on one machine, tcp across; Config.Transport forces one), and a
+// barrier ends Start. A rank that never arrives fails Start after
+// Config.BootstrapTimeout with an error naming it.
+//
+//	h := dsfabric.NewHandlers()
+//	greet, _ := h.Register("greet", func(c *dsfabric.Call, args []byte) ([]byte, error) {
+//		return append([]byte("hello "), args...), nil
+//	})
+//	f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: 4, ThreadsPerProcess: 2, Handlers: h})
+//	if err != nil { ... }
+//	defer f.Close()
+//	me, _ := f.Names().Thread(f.Rank(), 0)
+//	reply, err := f.CallReturn(ctx, me, dsfabric.ThreadID(5), greet, []byte("world"))
+//
+// # Names
+//
+// A ThreadID is rank × ThreadsPerProcess + thread rank; Names converts
+// between them and knows which ranks share a machine. Worker threads are
+// goroutines locked to OS threads (pinned with Config.Pin and
+// Config.Placement); service threads take send-based messages from the
+// process's shared receive queue.
+//
+// # Handlers
+//
+// A handler is registered by name; its HandlerID is the name's 32-bit FNV-1a
+// hash, so every process of the same binary agrees without an exchange, and
+// two names with one hash are refused at registration. Raw handlers take and
+// return bytes (no allocation). RegisterTyped and CallReturnTyped encode Go
+// values with, in order: msgp-generated MarshalMsg/UnmarshalMsg (detected by
+// their methods), encoding.BinaryAppender/BinaryUnmarshaler, msgpack.
+//
+// # Calls (the paper's Table 1, send-based)
+//
+//	Call             run h on a worker thread (fire and forget)
+//	CallService      run h on a service thread of a process
+//	CallBuffer       the buffer travels inside the call
+//	CallBufferWrite  one-sided write of the buffer into a destination buffer, then the call
+//	CallBufferRead   the destination reads the buffer from the source, then runs h
+//	CallReturn       run h and wait for its result
+//	Broadcast        run h on every worker thread, along a binomial tree of depth ⌈log2 P⌉
+//	BroadcastBuffer  Broadcast with a buffer
+//
+// A Synchronizer counts calls down when they are transmitted (Transmitted)
+// or when the callee ran them (Executed, a notification back); Wait,
+// WaitContext, C and a callback observe it. Calls to a worker run on that
+// worker, in arrival order, when it polls (Worker.Poll; the default worker
+// body serves forever).
+//
+// # Failures
+//
+// A call larger than Config.MaxMessage fails with ErrTooLarge before anything
+// is sent. A call to an unknown handler returns an error to a caller that
+// waits (CallReturn), notifies an Executed synchronizer anyway, and is
+// otherwise counted (UnknownHandlerCalls) and logged; the receiver keeps
+// running. A process that dies closes its sockets: every other process learns
+// it within milliseconds (from rank 0, or from the broken connection), calls
+// to it return ErrRankDead naming it, and a self-launched job's rank 0 gets
+// an error naming the rank from Close, so its main can exit non-zero.
+// Self-launched ranks die with their launcher (PR_SET_PDEATHSIG); Ctrl-C
+// reaches every rank through the terminal's process group.
+//
+// Send-based calls wait for the transport's acknowledgement of each message
+// (so that a receiver without a free buffer makes the sender retry instead of
+// losing the call): cheap over shared memory, a round trip over tcp. The
+// fast path for bulk calls is one-sided (package riutils).
+//
+// Byte formats crossing processes are in wire.go and docs/wire.md.
 package dsfabric

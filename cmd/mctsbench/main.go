@@ -30,7 +30,6 @@ var pending = map[string]string{
 
 // pendingModes are micro modes whose layer is not built yet.
 var pendingModes = map[string]string{
-	"send":  "dsfabric (send-based calls)",
 	"write": "riutils (Messenger)",
 	"trad":  "riutils (Aggregator, trad mode)",
 	"ovfl":  "riutils (Aggregator, ovfl mode)",
@@ -79,6 +78,7 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 500000, "records per repetition (the first 10% are warm-up, not timed)")
 	reps := fs.Int("reps", 3, "repetitions; the median is reported")
 	transport := fs.String("transport", "shm", "shm (same machine) or tcp")
+	procs := fs.Int("procs", 2, "processes of the send benchmark (self-launched; mpirun/srun set their own)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -95,16 +95,30 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mctsbench micro: mode %q is not available yet: it needs %s, which is not built yet\n", mode, layer)
 			return 2
 		}
-		if mode != "raw" {
+		var rs []Result
+		var err error
+		switch mode {
+		case "raw":
+			if underLauncher() {
+				// raw starts its own second process; as a rank of a job it
+				// would start one per rank.
+				continue
+			}
+			rs, err = runRaw(spec)
+		case "send":
+			rs, err = runSend(spec, *procs, stderr)
+		default:
 			fmt.Fprintf(stderr, "mctsbench micro: unknown mode %q (want raw, send, write, trad, ovfl)\n", mode)
 			return 2
 		}
-		rs, err := runRaw(spec)
 		if err != nil {
-			fmt.Fprintf(stderr, "mctsbench micro: %v\n", err)
+			fmt.Fprintf(stderr, "mctsbench micro: %s: %v\n", mode, err)
 			return 1
 		}
 		all = append(all, rs...)
+	}
+	if len(all) == 0 {
+		return 0 // a rank other than 0: rank 0 prints
 	}
 	if err := printResults(stdout, all, *asJSON); err != nil {
 		return 1

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/seriema-go/seriema/dsfabric"
 )
 
 // The smoke tests run the real binary path: the test binary re-executes
@@ -15,7 +17,39 @@ func TestMain(m *testing.M) {
 	if env := os.Getenv(rawRoleEnv); env != "" {
 		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
 	}
+	// A rank self-launched by the send benchmark runs the same micro
+	// command as the test that started it.
+	if args := os.Getenv(microArgsEnv); args != "" && os.Getenv(dsfabric.EnvRank) != "" {
+		os.Exit(run(strings.Fields(args), os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
+}
+
+const microArgsEnv = "SERIEMA_TEST_MICRO_ARGS"
+
+// TestMicroSendSmoke runs the send benchmark for real: two self-launched
+// processes, tiny N, over shm and tcp.
+func TestMicroSendSmoke(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			args := []string{"micro", "-mode", "send", "-sizes", "8,64", "-n", "500", "-reps", "1", "-transport", tr, "-json"}
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			var out, errb bytes.Buffer
+			if code := run(args, nil, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("want 2 results, got %q", out.String())
+			}
+			for _, l := range lines {
+				var r Result
+				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != "send" || r.Transport != tr || r.CallsPerS <= 0 {
+					t.Fatalf("bad result %q: %v", l, err)
+				}
+			}
+		})
+	}
 }
 
 func TestPendingSubcommandsFailClearly(t *testing.T) {
