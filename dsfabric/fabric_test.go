@@ -251,6 +251,14 @@ func TestMisuse(t *testing.T) {
 		if err := s.WaitContext(ctx); err != nil {
 			t.Fatal("a notified call to an unknown handler never notified")
 		}
+		var ran atomic.Bool
+		local := NewSynchronizer(1, Transmitted, func() { ran.Store(true) })
+		if err := f.Call(me, other, hEcho, []byte("x"), local); err != nil {
+			t.Fatal(err)
+		}
+		if err := local.WaitContext(ctx); err != nil || !ran.Load() {
+			t.Fatal("Transmitted synchronizer not counted down after the call was sent")
+		}
 		big := make([]byte, 64<<10)
 		if err := f.Call(me, other, hEcho, big, nil); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("oversize call: %v", err)

@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
-
-	"github.com/seriema-go/seriema/dsfabric"
 )
 
 // The smoke tests run the real binary path: the test binary re-executes
@@ -19,13 +18,31 @@ func TestMain(m *testing.M) {
 	}
 	// A rank self-launched by the send benchmark runs the same micro
 	// command as the test that started it.
-	if args := os.Getenv(microArgsEnv); args != "" && os.Getenv(dsfabric.EnvRank) != "" {
+	if args := os.Getenv(microArgsEnv); args != "" && underLauncher() {
 		os.Exit(run(strings.Fields(args), os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
 
 const microArgsEnv = "SERIEMA_TEST_MICRO_ARGS"
+
+// TestMicroSendUnderMpirun: the send benchmark as two ranks of mpirun.
+func TestMicroSendUnderMpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun is not installed (Debian package openmpi-bin; .ci/run installs it)")
+	}
+	args := "micro -mode send -sizes 64 -n 500 -reps 1 -json"
+	cmd := exec.Command(mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", microArgsEnv+"="+args, os.Args[0], "-test.run=^$")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	var r Result
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil || r.Mode != "send" || r.CallsPerS <= 0 {
+		t.Fatalf("want one send result from rank 0, got %q (%v)", out, err)
+	}
+}
 
 // TestMicroSendSmoke runs the send benchmark for real: two self-launched
 // processes, tiny N, over shm and tcp.

@@ -1,0 +1,39 @@
+package dsfabric
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestSynchronizer(t *testing.T) {
+	var calls atomic.Int32
+	s := NewSynchronizer(100, Executed, func() { calls.Add(1) })
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Done() }()
+	}
+	s.Wait()
+	wg.Wait()
+	if calls.Load() != 1 || s.Count() != 0 {
+		t.Fatalf("callback ran %d times, count %d", calls.Load(), s.Count())
+	}
+	select {
+	case <-s.C():
+	default:
+		t.Fatal("C not closed at zero")
+	}
+	pending := NewSynchronizer(1, Transmitted, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := pending.WaitContext(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitContext on an unfinished synchronizer: %v", err)
+	}
+	if zero := NewSynchronizer(0, Transmitted, nil); zero.WaitContext(context.Background()) != nil {
+		t.Fatal("a synchronizer created at zero is not done")
+	}
+}
