@@ -60,10 +60,12 @@ type Fabric struct {
 
 type peer struct {
 	rank int
-	qp   dtutils.QueuePair
-	mu   sync.Mutex // one message in flight per peer: ordering and buf
+	qp   dtutils.QueuePair // send-based calls (and the reads of CallBufferRead)
+	mu   sync.Mutex        // one message in flight per peer: ordering and buf
 	buf  alloc.Memory
 	cs   [8]dtutils.Completion
+	data dtutils.QueuePair // one-sided traffic, driven by tx
+	tx   *dtutils.Transmitter
 }
 
 type pendingCall struct {
@@ -244,12 +246,18 @@ func (f *Fabric) connectSetup() ([]epEntry, error) {
 			}
 			prov = shm
 		}
+		// Two queue pairs per peer, published in this order: calls, then data.
 		qp, err := prov.NewQueuePair()
 		if err != nil {
 			return nil, err
 		}
-		f.peers[r] = &peer{rank: r, qp: qp}
-		own = append(own, epEntry{peer: uint32(r), transport: code, ep: qp.Endpoint()})
+		data, err := prov.NewQueuePair()
+		if err != nil {
+			return nil, err
+		}
+		f.peers[r] = &peer{rank: r, qp: qp, data: data}
+		own = append(own, epEntry{peer: uint32(r), transport: code, ep: qp.Endpoint()},
+			epEntry{peer: uint32(r), transport: code, ep: data.Endpoint()})
 	}
 	// Calls to this process's own threads take the same path, over loop.
 	lf := dtutils.NewLoopFabric()
@@ -257,10 +265,12 @@ func (f *Fabric) connectSetup() ([]epEntry, error) {
 	f.provs = append(f.provs, lp)
 	a, _ := lp.NewQueuePair()
 	b, _ := lp.NewQueuePair()
-	if err := errors.Join(a.Connect(b.Endpoint()), b.Connect(a.Endpoint())); err != nil {
+	c, _ := lp.NewQueuePair()
+	d, _ := lp.NewQueuePair()
+	if err := errors.Join(a.Connect(b.Endpoint()), b.Connect(a.Endpoint()), c.Connect(d.Endpoint()), d.Connect(c.Endpoint())); err != nil {
 		return nil, err
 	}
-	f.peers[f.rank] = &peer{rank: f.rank, qp: a}
+	f.peers[f.rank] = &peer{rank: f.rank, qp: a, data: c}
 	// Send buffers (one per peer) and posted receive buffers.
 	mm := f.cfg.MaxMessage
 	region, err := f.proc.Registry().NewRegion(mm*(size+f.cfg.RecvBuffers), alloc.RegionConfig{Name: "fabric"})
@@ -285,28 +295,57 @@ func (f *Fabric) recvBuf(i int) alloc.Memory {
 }
 
 func (f *Fabric) connectPeers(es []epEntry) error {
-	if len(es) != f.names.Size-1 {
-		return fmt.Errorf("%w: got %d peer endpoints, want %d", ErrBootstrap, len(es), f.names.Size-1)
+	if len(es) != 2*(f.names.Size-1) {
+		return fmt.Errorf("%w: got %d peer endpoints, want %d", ErrBootstrap, len(es), 2*(f.names.Size-1))
 	}
+	lane := make([]int, f.names.Size) // the k-th endpoint from a rank joins our k-th queue pair to it
 	errs := make(chan error, len(es))
 	for _, e := range es {
 		p := f.peers[e.peer]
-		if p == nil || e.peer == uint32(f.rank) {
-			return fmt.Errorf("%w: endpoint from rank %d", ErrBootstrap, e.peer)
+		if p == nil || e.peer == uint32(f.rank) || lane[e.peer] > 1 {
+			return fmt.Errorf("%w: unexpected endpoint from rank %d", ErrBootstrap, e.peer)
 		}
-		go func(p *peer, ep []byte) {
-			if err := p.qp.Connect(ep); err != nil {
-				errs <- fmt.Errorf("%w: connecting to rank %d: %v", ErrBootstrap, p.rank, err)
+		qp := p.qp
+		if lane[e.peer] == 1 {
+			qp = p.data
+		}
+		lane[e.peer]++
+		go func(r int, qp dtutils.QueuePair, ep []byte) {
+			if err := qp.Connect(ep); err != nil {
+				errs <- fmt.Errorf("%w: connecting to rank %d: %v", ErrBootstrap, r, err)
 				return
 			}
 			errs <- nil
-		}(p, e.ep)
+		}(p.rank, qp, e.ep)
 	}
 	var all []error
 	for range es {
 		all = append(all, <-errs)
 	}
-	return errors.Join(all...)
+	if err := errors.Join(all...); err != nil {
+		return err
+	}
+	for _, p := range f.peers {
+		tx, err := dtutils.NewTransmitter(p.data, f.proc.Config().MaxUnsignaled, dtutils.TransmitterConfig{})
+		if err != nil {
+			return err
+		}
+		p.tx = tx
+	}
+	return nil
+}
+
+// Transmitter returns the transmitter of the one-sided queue pair to rank
+// (this process's own rank included, over loop). Package riutils writes
+// through it; any goroutine may use it.
+func (f *Fabric) Transmitter(rank int) (*dtutils.Transmitter, error) {
+	if rank < 0 || rank >= f.names.Size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrBadThread, rank, f.names.Size)
+	}
+	if err := f.deadErr(rank); err != nil {
+		return nil, err
+	}
+	return f.peers[rank].tx, nil
 }
 
 // startThreads starts service and worker threads.

@@ -17,7 +17,7 @@ import (
 const (
 	msgHello     = 1 // rank>0 → 0: version u8, rank u32, size u32, token str, machine str
 	msgTable     = 2 // 0 → all: size u32, machine str × size
-	msgEndpoints = 3 // r → 0: count u32, (peer u32, transport u8, endpoint bytes) × count
+	msgEndpoints = 3 // r → 0: count u32, (peer u32, transport u8, endpoint bytes) × count: calls lane, then data lane, per peer
 	msgPeers     = 4 // 0 → r: the same layout: endpoints other ranks made for r
 	msgBarrier   = 5 // r → 0: seq u32
 	msgRelease   = 6 // 0 → r: seq u32
@@ -165,7 +165,7 @@ func decodeEndpoints(b []byte, typ uint8, size int) ([]epEntry, error) {
 		return nil, fmt.Errorf("%w: expected message type %d", ErrBadMessage, typ)
 	}
 	n := r.u32()
-	if int(n) > size && r.err == nil {
+	if int(n) > 2*size && r.err == nil { // two queue pairs per peer
 		return nil, fmt.Errorf("%w: %d endpoints in a job of %d", ErrBadMessage, n, size)
 	}
 	var es []epEntry
