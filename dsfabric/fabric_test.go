@@ -9,13 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/internal/jobtest"
 )
 
 func TestMain(m *testing.M) {
@@ -27,15 +27,6 @@ func TestMain(m *testing.M) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// runArgs makes self-launched ranks run exactly the current (sub)test.
-func runArgs(t *testing.T) []string {
-	parts := strings.Split(t.Name(), "/")
-	for i, p := range parts {
-		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
-	}
-	return []string{"-test.run=" + strings.Join(parts, "/")}
-}
-
 // job runs body in every rank of a self-launched job (SPMD): the test
 // binary re-executes itself as the other ranks, which run this same test.
 func job(t *testing.T, procs, threads int, transport string, reg func(*Handlers), body func(*testing.T, *Fabric)) {
@@ -44,7 +35,7 @@ func job(t *testing.T, procs, threads int, transport string, reg func(*Handlers)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	f, err := Start(ctx, Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h,
-		Args: runArgs(t), BootstrapTimeout: 30 * time.Second, Logger: quiet})
+		Args: jobtest.RunArgs(t), BootstrapTimeout: 30 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

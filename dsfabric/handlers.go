@@ -85,6 +85,10 @@ func (h *Handlers) Name(id HandlerID) (string, bool) {
 
 func (h *Handlers) lookup(id HandlerID) (HandlerFunc, bool) { return h.fns.Load(id) }
 
+// Lookup returns the handler registered under id (for layers that dispatch
+// calls themselves, such as riutils).
+func (h *Handlers) Lookup(id HandlerID) (HandlerFunc, bool) { return h.fns.Load(id) }
+
 // RegisterTyped registers a handler whose argument and result are Go values,
 // encoded as Encode does.
 func RegisterTyped[A, R any](h *Handlers, name string, fn func(c *Call, arg A) (R, error)) (HandlerID, error) {

@@ -1,0 +1,21 @@
+package riutils
+
+import "errors"
+
+// Sentinel errors of package riutils; returned errors wrap them.
+var (
+	// ErrFull: the destination has not consumed enough and the messenger
+	// may not grow (policy Fail).
+	ErrFull = errors.New("riutils: messenger full")
+	// ErrTooLarge: the call does not fit one chunk.
+	ErrTooLarge = errors.New("riutils: call larger than a chunk")
+	// ErrProtocol: a chunk holds bytes no correct sender writes; the
+	// messenger from that sender is stopped.
+	ErrProtocol = errors.New("riutils: protocol error")
+	// ErrBadConfig: a Config field is out of range.
+	ErrBadConfig = errors.New("riutils: bad config")
+	// ErrNotBound: the Process is not bound to a started fabric yet.
+	ErrNotBound = errors.New("riutils: not bound to a fabric")
+	// ErrClosed: the messengers were shut down.
+	ErrClosed = errors.New("riutils: closed")
+)

@@ -1,0 +1,271 @@
+package riutils
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// Policy says what a call does when its messenger is full: the next chunk is
+// not consumed yet and the messenger already has MaxChunks.
+type Policy int
+
+const (
+	// Retry blocks until the destination consumes (default). While it
+	// waits, the calling thread keeps polling its own incoming calls, so
+	// two threads retrying towards each other do not deadlock.
+	Retry Policy = iota
+	// Fail returns ErrFull at once.
+	Fail
+)
+
+// Config configures the messengers of a process. DefaultConfig fills it.
+type Config struct {
+	// ChunkSize is the size of one chunk of the receiver's memory. Default
+	// 2 MiB; a multiple of 4096, at least 8 KiB.
+	ChunkSize int
+	// ChunksPerAllocation is how many chunks one service call allocates.
+	// Default 2.
+	ChunksPerAllocation int
+	// MaxChunks bounds the chunks of one direction of one messenger.
+	// Default 8.
+	MaxChunks int
+	// Policy applies when a messenger is full. Default Retry.
+	Policy Policy
+	// Logger receives protocol errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns 2 MiB chunks, 2 per allocation, at most 8, Retry.
+func DefaultConfig() Config {
+	return Config{ChunkSize: 2 << 20, ChunksPerAllocation: 2, MaxChunks: 8, Policy: Retry}
+}
+
+// VerifyConfig checks c.
+func (c Config) VerifyConfig() error {
+	switch {
+	case c.ChunkSize < 8<<10 || c.ChunkSize%4096 != 0 || c.ChunkSize > 1<<30:
+		return fmt.Errorf("%w: ChunkSize %d", ErrBadConfig, c.ChunkSize)
+	case c.ChunksPerAllocation < 1 || c.ChunksPerAllocation > c.MaxChunks:
+		return fmt.Errorf("%w: ChunksPerAllocation %d with MaxChunks %d", ErrBadConfig, c.ChunksPerAllocation, c.MaxChunks)
+	case c.MaxChunks < 2:
+		return fmt.Errorf("%w: MaxChunks %d (at least 2)", ErrBadConfig, c.MaxChunks)
+	case c.Policy != Retry && c.Policy != Fail:
+		return fmt.Errorf("%w: Policy %d", ErrBadConfig, c.Policy)
+	}
+	return nil
+}
+
+// MaxPayload returns the largest arguments + buffer one call can carry.
+func (c Config) MaxPayload() int {
+	return c.ChunkSize - recordsStart - recordHeader - recordSeal
+}
+
+// Process is the riutils state of one process: the service that allocates
+// chunks for senders, and the incoming-memory maps of its threads.
+type Process struct {
+	cfg      Config
+	log      *slog.Logger
+	handlers *dsfabric.Handlers
+	f        atomic.Pointer[dsfabric.Fabric]
+	zone     *alloc.ZoneAllocator
+	zoneMu   sync.Mutex
+	inboxes  []*inbox // by local thread rank
+	allocID  dsfabric.HandlerID
+}
+
+// NewProcess registers riutils' service handler in h: call it before
+// dsfabric.Start, in every process, then Bind.
+func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Process{cfg: cfg, log: cfg.Logger, handlers: h}
+	id, err := h.Register("riutils.alloc-chunks", p.allocChunks)
+	if err != nil {
+		return nil, err
+	}
+	p.allocID = id
+	return p, nil
+}
+
+// Bind attaches the process to its started fabric.
+func (p *Process) Bind(f *dsfabric.Fabric) error {
+	z, err := alloc.NewZoneAllocator(f.Process().Registry(), alloc.ZoneConfig{
+		SuperchunkSize: max(64<<20, 4*p.cfg.ChunkSize) / p.cfg.ChunkSize * p.cfg.ChunkSize,
+		ChunkSize:      largestPow2Divisor(p.cfg.ChunkSize),
+	})
+	if err != nil {
+		return err
+	}
+	p.zone = z
+	p.inboxes = make([]*inbox, f.Names().ThreadsPerProcess)
+	for i := range p.inboxes {
+		p.inboxes[i] = &inbox{senders: xsync.NewMapOf[dsfabric.ThreadID, *incoming]()}
+	}
+	p.f.Store(f)
+	return nil
+}
+
+func largestPow2Divisor(n int) int {
+	d := 4096
+	for n%(2*d) == 0 && d < 2<<20 {
+		d *= 2
+	}
+	return d
+}
+
+// inbox is a receiving thread's incoming-memory map: chunks allocated for
+// each sender, waiting for the thread to take them.
+type inbox struct {
+	senders *xsync.MapOf[dsfabric.ThreadID, *incoming]
+	fresh   atomic.Bool // a sender appeared since the thread last looked
+}
+
+// incoming holds the chunk batches allocated for one sender, in order.
+type incoming struct {
+	mu      sync.Mutex
+	batches [][][]byte
+	fb      alloc.Locator
+	taken   bool // the receiving thread knows this sender
+}
+
+// allocChunks is the service call senders make on the receiver's process
+// (the paper's no-setup allocation: the receiving thread takes no part).
+func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
+	f := p.f.Load()
+	if f == nil {
+		return nil, ErrNotBound
+	}
+	if len(args) != allocReqSize {
+		return nil, fmt.Errorf("%w: allocation request of %d bytes", ErrProtocol, len(args))
+	}
+	src := dsfabric.ThreadID(binary.LittleEndian.Uint32(args[0:]))
+	dst := dsfabric.ThreadID(binary.LittleEndian.Uint32(args[4:]))
+	count := int(binary.LittleEndian.Uint32(args[8:]))
+	size := int(binary.LittleEndian.Uint32(args[12:]))
+	var fb alloc.Locator
+	if err := fb.UnmarshalBinary(args[16:]); err != nil {
+		return nil, err
+	}
+	n := f.Names()
+	if !n.Valid(dst) || n.Rank(dst) != f.Rank() || size != p.cfg.ChunkSize || count < 1 || count > p.cfg.MaxChunks {
+		return nil, fmt.Errorf("%w: allocation of %d×%d bytes for thread %d", ErrProtocol, count, size, dst)
+	}
+	p.zoneMu.Lock()
+	m, err := p.zone.Alloc(count * size)
+	p.zoneMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	batch := make([][]byte, count)
+	out := binary.LittleEndian.AppendUint32(nil, uint32(count))
+	for i := range batch {
+		cm, _ := m.Slice(i*size, size)
+		b := cm.Bytes()
+		clear(b) // fresh memfd pages are zero; recycled ones may not be
+		binary.LittleEndian.PutUint32(b[0:], uint32(src))
+		binary.LittleEndian.PutUint32(b[4:], chunkMagic)
+		fb.AppendBinary(b[offFeedback:offFeedback])
+		batch[i] = b
+		out, _ = cm.Locator().AppendBinary(out)
+	}
+	ib := p.inboxes[n.ThreadRank(dst)]
+	in, _ := ib.senders.LoadOrCompute(src, func() *incoming { return &incoming{fb: fb} })
+	in.mu.Lock()
+	in.batches = append(in.batches, batch)
+	in.mu.Unlock()
+	ib.fresh.Store(true)
+	return out, nil
+}
+
+// take returns the next batch allocated for the sender, if any.
+func (in *incoming) take() [][]byte {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.batches) == 0 {
+		return nil
+	}
+	b := in.batches[0]
+	in.batches = in.batches[1:]
+	return b
+}
+
+// Messengers is one thread's set of messengers (the paper's
+// RDMAMessengerGlobal): one per destination thread, created on first use,
+// and the receiving side for every thread that sends to it. It belongs to
+// that thread: no two goroutines may use one at once.
+type Messengers struct {
+	p     *Process
+	f     *dsfabric.Fabric
+	self  dsfabric.ThreadID
+	out   map[dsfabric.ThreadID]*sender
+	in    []*receiver
+	inbox *inbox
+	ring  *alloc.LinearCircular // records and feedback words being written
+	fbReg *alloc.Region         // feedback words, one per destination thread
+	stats Stats
+	err   error
+}
+
+// Stats counts a thread's messenger activity.
+type Stats struct {
+	Calls, Received, Rotations, Grows, UnknownHandlers int64
+}
+
+// Messengers returns the messengers of local worker thread t. Call it from
+// that thread.
+func (p *Process) Messengers(t int) (*Messengers, error) {
+	f := p.f.Load()
+	if f == nil {
+		return nil, ErrNotBound
+	}
+	self, err := f.Names().Thread(f.Rank(), t)
+	if err != nil {
+		return nil, err
+	}
+	z, err := alloc.NewZoneAllocator(f.Process().Registry(), alloc.ZoneConfig{SuperchunkSize: 16 << 20, ChunkSize: 1 << 20})
+	if err != nil {
+		return nil, err
+	}
+	ring, err := alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: max(256<<10, p.cfg.ChunkSize), InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8})
+	if err != nil {
+		return nil, err
+	}
+	fbReg, err := f.Process().Registry().NewRegion(8*f.Names().Threads(), alloc.RegionConfig{Name: "riutils-feedback"})
+	if err != nil {
+		return nil, err
+	}
+	return &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, inbox: p.inboxes[t], ring: ring, fbReg: fbReg}, nil
+}
+
+// ID returns the thread the messengers belong to.
+func (m *Messengers) ID() dsfabric.ThreadID { return m.self }
+
+// Stats returns the counters.
+func (m *Messengers) Stats() Stats { return m.stats }
+
+// alloc returns n bytes of registered memory for an outgoing write, making
+// room by flushing when every unit is still in flight.
+func (m *Messengers) alloc(tx *dtutils.Transmitter, n int) (alloc.Memory, error) {
+	b, err := m.ring.Alloc(n)
+	if errors.Is(err, alloc.ErrBusy) {
+		if err := tx.Flush(context.Background()); err != nil {
+			return alloc.Memory{}, err
+		}
+		b, err = m.ring.Alloc(n)
+	}
+	return b, err
+}

@@ -1,0 +1,139 @@
+package riutils
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/internal/jobtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// seqOps is the number of calls per sender in the sequence tests: 10 M as
+// the issue asks when SERIEMA_FULL=1 (make test-long), fewer otherwise.
+func seqOps() int {
+	if os.Getenv("SERIEMA_FULL") != "" {
+		return 10_000_000
+	}
+	if raceEnabled {
+		return 20_000
+	}
+	return 300_000
+}
+
+// job starts a fabric in which every worker thread runs body with its
+// Messengers; rank 0's test waits for every rank through Close.
+func job(t *testing.T, procs, threads int, transport string, cfg Config, reg func(*dsfabric.Handlers), body func(m *Messengers) error) {
+	h := dsfabric.NewHandlers()
+	reg(h)
+	cfg.Logger = quiet
+	p, err := NewProcess(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, threads)
+	start := make(chan struct{})
+	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+		Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h,
+		Args: jobtest.RunArgs(t), Logger: quiet,
+		Worker: func(w *dsfabric.Worker) {
+			<-start
+			m, err := p.Messengers(w.Fabric().Names().ThreadRank(w.ID()))
+			if err == nil {
+				err = body(m)
+			}
+			errs <- err
+			w.Serve(context.Background()) // until Close
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Bind(f); err != nil {
+		t.Fatal(err)
+	}
+	close(start)
+	for i := 0; i < threads; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("rank %d: %v", f.Rank(), err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := f.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("rank %d: %v", f.Rank(), err)
+	}
+}
+
+// sequence is a handler that checks per-sender sequence numbers.
+type sequence struct {
+	next  [64]uint64 // by sender thread
+	total atomic.Int64
+	bad   atomic.Int64
+}
+
+func (s *sequence) handler(c *dsfabric.Call, args []byte) ([]byte, error) {
+	v := binary.LittleEndian.Uint64(args)
+	if v != s.next[c.Src] {
+		s.bad.Add(1)
+		return nil, fmt.Errorf("from %d: got %d, want %d", c.Src, v, s.next[c.Src])
+	}
+	s.next[c.Src]++
+	s.total.Add(1)
+	return nil, nil
+}
+
+// TestMessengerSequence (paper §4.4): calls with sequence numbers, 1 sender
+// → 1 receiver and 3 senders → 1 receiver, over shm and tcp: nothing lost,
+// duplicated or reordered per sender.
+func TestMessengerSequence(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		for _, senders := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s-%dto1", tr, senders), func(t *testing.T) {
+				n := seqOps()
+				if tr == "tcp" {
+					n /= 10
+				}
+				var seq sequence
+				var h dsfabric.HandlerID
+				cfg := DefaultConfig()
+				cfg.ChunkSize = 64 << 10 // many rotations
+				job(t, senders+1, 1, tr, cfg, func(hs *dsfabric.Handlers) {
+					h, _ = hs.Register("seq", seq.handler)
+				}, func(m *Messengers) error {
+					if m.ID() != 0 {
+						var args [24]byte
+						for i := 0; i < n; i++ {
+							binary.LittleEndian.PutUint64(args[:], uint64(i))
+							if err := m.Call(0, h, args[:8+8*(i%3)]); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+					deadline := time.Now().Add(2 * time.Minute)
+					for seq.total.Load() < int64(senders*n) && time.Now().Before(deadline) {
+						if m.Poll() == 0 {
+							time.Sleep(10 * time.Microsecond)
+						}
+					}
+					if got := seq.total.Load(); got != int64(senders*n) || seq.bad.Load() != 0 {
+						return fmt.Errorf("received %d of %d calls, %d out of order", got, senders*n, seq.bad.Load())
+					}
+					return m.Err()
+				})
+			})
+		}
+	}
+}

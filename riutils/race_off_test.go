@@ -1,0 +1,5 @@
+//go:build !race
+
+package riutils
+
+const raceEnabled = false

@@ -1,0 +1,158 @@
+package riutils
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// receiver is the receiving half of a messenger: the ring of chunks one
+// sender writes into, symmetric to the sender's ring of handles.
+type receiver struct {
+	m        *Messengers
+	src      dsfabric.ThreadID
+	in       *incoming
+	chunks   [][]byte
+	cur, pos int
+	consumed uint64
+	tx       *dtutils.Transmitter
+	fbLoc    alloc.Locator
+	err      error // protocol error: this messenger is stopped
+	call     dsfabric.Call
+}
+
+// Poll runs the calls written to this thread, in each sender's order, and
+// returns how many ran. Handlers get a *dsfabric.Call valid only until they
+// return.
+func (m *Messengers) Poll() int {
+	if m.inbox.fresh.Swap(false) {
+		m.inbox.senders.Range(func(src dsfabric.ThreadID, in *incoming) bool {
+			in.mu.Lock()
+			known := in.taken
+			in.taken = true
+			in.mu.Unlock()
+			if !known {
+				m.addReceiver(src, in)
+			}
+			return true
+		})
+	}
+	n := 0
+	for _, r := range m.in {
+		n += r.poll()
+	}
+	return n
+}
+
+func (m *Messengers) addReceiver(src dsfabric.ThreadID, in *incoming) {
+	r := &receiver{m: m, src: src, in: in, pos: recordsStart, fbLoc: in.fb}
+	r.chunks = in.take()
+	tx, err := m.f.Transmitter(m.f.Names().Rank(src))
+	r.tx = tx
+	if err != nil || r.chunks == nil {
+		r.err = fmt.Errorf("riutils: messenger from thread %d: %v", src, err)
+	}
+	m.in = append(m.in, r)
+}
+
+// Err returns the first protocol error of any incoming messenger: each one
+// with an error is stopped, the others keep running.
+func (m *Messengers) Err() error {
+	for _, r := range m.in {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return nil
+}
+
+func (r *receiver) stop(err error) {
+	r.err = fmt.Errorf("riutils: messenger from thread %d stopped: %w", r.src, err)
+	r.m.p.log.Error("riutils: protocol error", "from", r.src, "to", r.m.self, "err", err)
+}
+
+func (r *receiver) poll() int {
+	if r.err != nil {
+		return 0
+	}
+	n := 0
+	for {
+		c := r.chunks[r.cur]
+		rec, st, err := parseRecord(c, r.pos)
+		switch st {
+		case recOK:
+			if rec.src != r.src {
+				r.stop(fmt.Errorf("%w: record from thread %d in thread %d's chunk", ErrProtocol, rec.src, r.src))
+				return n
+			}
+			r.dispatch(rec)
+			r.pos += rec.size
+			n++
+			continue
+		case recCorrupt:
+			r.stop(err)
+			return n
+		}
+		pw := word(c, offProducer).Load()
+		if pw&prodRotate == 0 || int(pw&prodOffsetMax) != r.pos {
+			if pw&prodRotate != 0 && int(pw&prodOffsetMax) < r.pos {
+				r.stop(fmt.Errorf("%w: chunk finished at %d, records read to %d", ErrProtocol, pw&prodOffsetMax, r.pos))
+			}
+			return n
+		}
+		if err := r.finish(pw); err != nil {
+			r.stop(err)
+			return n
+		}
+	}
+}
+
+func (r *receiver) dispatch(rec record) {
+	m := r.m
+	fn, ok := m.p.handlers.Lookup(rec.handler)
+	m.stats.Received++
+	if !ok {
+		m.stats.UnknownHandlers++
+		m.p.log.Warn("riutils: call to an unknown handler", "from", rec.src, "handler", fmt.Sprintf("%#08x", uint32(rec.handler)))
+		return
+	}
+	r.call = dsfabric.Call{Fabric: m.f, Src: rec.src, Dst: m.self, Buffer: rec.buf}
+	if len(rec.buf) == 0 {
+		r.call.Buffer = nil
+	}
+	if _, err := fn(&r.call, rec.args); err != nil {
+		m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(rec.handler)), "err", err)
+	}
+}
+
+// finish zeroes the consumed chunk, tells the sender (pushed feedback: the
+// sender never reads our memory) and moves to the next chunk, first taking
+// in new chunks when the sender grew the ring here.
+func (r *receiver) finish(pw uint64) error {
+	c := r.chunks[r.cur]
+	clear(c[recordsStart:r.pos])
+	word(c, offProducer).Store(0)
+	word(c, offConsumer).Store(uint64(r.pos))
+	r.consumed++
+	mem, err := r.m.alloc(r.tx, 8)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(mem.Bytes(), r.consumed)
+	if err := r.tx.Write(mem, r.fbLoc); err != nil {
+		return err
+	}
+	if pw&prodGrow != 0 {
+		batch := r.in.take()
+		if batch == nil {
+			return fmt.Errorf("%w: the sender grew the ring but no chunks were allocated", ErrProtocol)
+		}
+		r.chunks = append(r.chunks[:r.cur+1], append(batch, r.chunks[r.cur+1:]...)...)
+	}
+	r.cur = (r.cur + 1) % len(r.chunks)
+	r.pos = recordsStart
+	return nil
+}

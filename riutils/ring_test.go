@@ -1,0 +1,253 @@
+package riutils
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+// twoThreads runs sender (thread 1) and receiver (thread 0) bodies in one
+// process, where both rings can be inspected.
+func twoThreads(t *testing.T, cfg Config, reg func(*dsfabric.Handlers), receiver, sender func(m *Messengers) error) {
+	job(t, 1, 2, "", cfg, reg, func(m *Messengers) error {
+		if m.ID() == 0 {
+			return receiver(m)
+		}
+		return sender(m)
+	})
+}
+
+// ringsSymmetric checks that the sender's handles and the receiver's chunks
+// name the same memory in the same order.
+func ringsSymmetric(s *sender, r *receiver) error {
+	if len(s.chunks) != len(r.chunks) {
+		return fmt.Errorf("sender ring has %d chunks, receiver ring %d", len(s.chunks), len(r.chunks))
+	}
+	reg := s.m.f.Process().Registry()
+	for i, l := range s.chunks {
+		b, err := reg.Resolve(l)
+		if err != nil {
+			return err
+		}
+		if unsafe.Pointer(&b[0]) != unsafe.Pointer(&r.chunks[i][0]) {
+			return fmt.Errorf("slot %d: sender and receiver name different chunks", i)
+		}
+	}
+	return nil
+}
+
+// TestMessengerGrowthAndFail (paper §4.4.1): a receiver that does not poll
+// makes the sender grow its ring to MaxChunks; then Fail errors at once;
+// both rings stay symmetric, and everything arrives once polling starts.
+func TestMessengerGrowthAndFail(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 6, Policy: Fail}
+	var seq sequence
+	var h dsfabric.HandlerID
+	sent := make(chan int)
+	var snd *Messengers
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			n := <-sent
+			for seq.total.Load() < int64(n) {
+				m.Poll()
+			}
+			if err := m.Err(); err != nil {
+				return err
+			}
+			s := snd.out[0]
+			if len(m.in) != 1 {
+				return fmt.Errorf("%d incoming messengers, want 1", len(m.in))
+			}
+			return ringsSymmetric(s, m.in[0])
+		},
+		func(m *Messengers) error {
+			snd = m
+			var args [8]byte
+			i := 0
+			for ; ; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				err := m.Call(0, h, args[:])
+				if errors.Is(err, ErrFull) {
+					break
+				}
+				if err != nil {
+					return err
+				}
+				if i > 100000 {
+					return errors.New("never full")
+				}
+			}
+			s := m.out[0]
+			st := m.Stats()
+			perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
+			if len(s.chunks) != cfg.MaxChunks || st.Grows != 2 || i != cfg.MaxChunks*perChunk {
+				return fmt.Errorf("full after %d calls with %d chunks and %d grows; want %d calls, %d chunks, 2 grows", i, len(s.chunks), st.Grows, cfg.MaxChunks*perChunk, cfg.MaxChunks)
+			}
+			sent <- i
+			return nil
+		})
+}
+
+// TestMessengerRetryResumes: with Retry a full messenger blocks the caller
+// until the receiver polls, then carries on in order, within MaxChunks.
+func TestMessengerRetryResumes(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 4, Policy: Retry}
+	var seq sequence
+	var h dsfabric.HandlerID
+	const n = 20000
+	var snd *Messengers
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			time.Sleep(200 * time.Millisecond) // the sender fills up and waits
+			for seq.total.Load() < n {
+				m.Poll()
+			}
+			return m.Err()
+		},
+		func(m *Messengers) error {
+			snd = m
+			var args [8]byte
+			t0 := time.Now()
+			for i := 0; i < n; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := m.Call(0, h, args[:]); err != nil {
+					return err
+				}
+			}
+			if time.Since(t0) < 100*time.Millisecond {
+				return errors.New("the sender never waited for the stopped receiver")
+			}
+			if c := len(m.out[0].chunks); c > cfg.MaxChunks {
+				return fmt.Errorf("%d chunks, above MaxChunks %d", c, cfg.MaxChunks)
+			}
+			return nil
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
+	}
+	_ = snd
+}
+
+// TestMessengerExactChunkEnd: records that end exactly at a chunk's end,
+// and the largest call a chunk holds; one byte more is refused.
+func TestMessengerExactChunkEnd(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 4, Policy: Retry}
+	const payload = 176 // record of 200 bytes: 40 fill the 8000-byte area exactly
+	if (cfg.ChunkSize-recordsStart)%recordSize(payload) != 0 {
+		t.Fatal("test sizes do not tile the chunk")
+	}
+	var got [3]int
+	var h, hb dsfabric.HandlerID
+	const n = 1000
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) {
+		h, _ = hs.Register("exact", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if len(a) == payload && binary.LittleEndian.Uint64(a) == uint64(got[0]) {
+				got[0]++
+			}
+			return nil, nil
+		})
+		hb, _ = hs.Register("big", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if len(a)+len(c.Buffer) == cfg.MaxPayload() && len(c.Buffer) == 100 && c.Buffer[99] == 7 {
+				got[1]++
+			}
+			return nil, nil
+		})
+	}, func(m *Messengers) error {
+		for got[0] < n || got[1] < 1 {
+			m.Poll()
+		}
+		return m.Err()
+	}, func(m *Messengers) error {
+		args := make([]byte, payload)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint64(args, uint64(i))
+			if err := m.Call(0, h, args); err != nil {
+				return err
+			}
+			if m.out[0].pos == cfg.ChunkSize && (i+1)%40 != 0 {
+				return fmt.Errorf("chunk full after %d records", i+1)
+			}
+		}
+		buf := make([]byte, 100)
+		buf[99] = 7
+		if err := m.CallBuffer(0, hb, make([]byte, cfg.MaxPayload()-100), buf); err != nil {
+			return fmt.Errorf("largest call: %w", err)
+		}
+		if err := m.Call(0, hb, make([]byte, cfg.MaxPayload()+1)); !errors.Is(err, ErrTooLarge) {
+			return fmt.Errorf("call one byte over a chunk: %v", err)
+		}
+		return nil
+	})
+}
+
+func TestConfigChecks(t *testing.T) {
+	for _, c := range []Config{
+		{ChunkSize: 1000, ChunksPerAllocation: 2, MaxChunks: 8},
+		{ChunkSize: 8192, ChunksPerAllocation: 9, MaxChunks: 8},
+		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 1},
+		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 4, Policy: 7},
+	} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v accepted: %v", c, err)
+		}
+	}
+	if err := DefaultConfig().VerifyConfig(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	c := make([]byte, 8192)
+	b := c[recordsStart : recordsStart+recordSize(13)]
+	putRecord(b, 77, 5, []byte("hello"), []byte("world!!!"))
+	rec, st, err := parseRecord(c, recordsStart)
+	if st != recOK || err != nil || rec.handler != 77 || rec.src != 5 || string(rec.args) != "hello" || string(rec.buf) != "world!!!" || rec.size != len(b) {
+		t.Fatalf("%+v %d %v", rec, st, err)
+	}
+	// Any change to the header breaks the seal: never a false record.
+	for i := 0; i < recordHeader; i++ {
+		c[recordsStart+i] ^= 0x40
+		if _, st, _ := parseRecord(c, recordsStart); st == recOK {
+			t.Fatalf("flipped header byte %d still parses", i)
+		}
+		c[recordsStart+i] ^= 0x40
+	}
+	if _, st, _ := parseRecord(c, len(c)-16); st != recNone {
+		t.Fatal("a tail too short for a record must read as nothing")
+	}
+	if _, st, _ := parseRecord(c, recordsStart+4); st != recCorrupt {
+		t.Fatal("misaligned offset accepted")
+	}
+}
+
+func FuzzRecordParse(f *testing.F) {
+	c := make([]byte, 1024)
+	putRecord(c[recordsStart:recordsStart+recordSize(3)], 1, 2, []byte("abc"), nil)
+	f.Add(c, recordsStart)
+	f.Add(make([]byte, 300), 296)
+	f.Fuzz(func(t *testing.T, data []byte, pos int) {
+		if len(data)%8 != 0 {
+			data = data[:len(data)&^7]
+		}
+		rec, st, err := parseRecord(data, pos)
+		switch st {
+		case recOK:
+			end := pos + rec.size
+			if err != nil || end > len(data) || pos < recordsStart {
+				t.Fatalf("record [%d,%d) of %d bytes accepted", pos, end, len(data))
+			}
+			if recordHeader+len(rec.args)+len(rec.buf)+recordSeal > rec.size {
+				t.Fatal("payload larger than the record")
+			}
+		case recCorrupt:
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("corrupt without ErrProtocol: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,182 @@
+package riutils
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// sender is the sending half of a messenger: a ring of handles to chunks in
+// the destination thread's memory.
+type sender struct {
+	m       *Messengers
+	dst     dsfabric.ThreadID
+	rank    int
+	tx      *dtutils.Transmitter
+	chunks  []alloc.Locator
+	lastUse []uint64 // per slot: sequence number of its last fill (0: never)
+	cur     int
+	pos     int
+	seq     uint64 // sequence number of the current chunk (from 1)
+	fb      *atomic.Uint64
+	fbLoc   alloc.Locator
+	grew    bool // chunks were inserted after cur: the rotation must say so
+}
+
+// sender returns the messenger to dst, setting it up on first use.
+func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
+	if s, ok := m.out[dst]; ok {
+		return s, nil
+	}
+	n := m.f.Names()
+	if !n.Valid(dst) {
+		return nil, fmt.Errorf("riutils: %w: thread %d", dsfabric.ErrBadThread, dst)
+	}
+	rank := n.Rank(dst)
+	tx, err := m.f.Transmitter(rank)
+	if err != nil {
+		return nil, err
+	}
+	fbm, _ := m.fbReg.Memory(8*int(dst), 8)
+	s := &sender{m: m, dst: dst, rank: rank, tx: tx, seq: 1, pos: recordsStart,
+		fb: (*atomic.Uint64)(unsafe.Pointer(&fbm.Bytes()[0])), fbLoc: fbm.Locator()}
+	locs, err := s.allocate(m.p.cfg.ChunksPerAllocation)
+	if err != nil {
+		return nil, fmt.Errorf("riutils: setting up the messenger to thread %d: %w", dst, err)
+	}
+	s.chunks = locs
+	s.lastUse = make([]uint64, len(locs))
+	m.out[dst] = s
+	return s, nil
+}
+
+// allocate asks the destination's process for k chunks (a service call: the
+// destination thread takes no part).
+func (s *sender) allocate(k int) ([]alloc.Locator, error) {
+	cfg := s.m.p.cfg
+	req := make([]byte, 16, allocReqSize)
+	binary.LittleEndian.PutUint32(req[0:], uint32(s.m.self))
+	binary.LittleEndian.PutUint32(req[4:], uint32(s.dst))
+	binary.LittleEndian.PutUint32(req[8:], uint32(k))
+	binary.LittleEndian.PutUint32(req[12:], uint32(cfg.ChunkSize))
+	req, _ = s.fbLoc.AppendBinary(req)
+	out, err := s.m.f.CallServiceReturn(context.Background(), s.m.self, s.rank, s.m.p.allocID, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) < 4 || int(binary.LittleEndian.Uint32(out)) != k || len(out) != 4+32*k {
+		return nil, fmt.Errorf("%w: allocation reply of %d bytes for %d chunks", ErrProtocol, len(out), k)
+	}
+	locs := make([]alloc.Locator, k)
+	for i := range locs {
+		if err := locs[i].UnmarshalBinary(out[4+32*i : 4+32*(i+1)]); err != nil {
+			return nil, err
+		}
+		if int(locs[i].Length) != cfg.ChunkSize || locs[i].Process != uint32(s.rank) {
+			return nil, fmt.Errorf("%w: chunk %v for rank %d", ErrProtocol, locs[i], s.rank)
+		}
+	}
+	return locs, nil
+}
+
+// free reports whether slot j may be filled: never used, or the receiver
+// has consumed the fill that last used it.
+func (s *sender) free(j int) bool { return s.lastUse[j] == 0 || s.fb.Load() >= s.lastUse[j] }
+
+// Call runs handler h with args on thread dst, one-sided: the call is
+// written straight into dst's memory. It returns once written (queued on
+// the transport); dst runs it when it polls.
+func (m *Messengers) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []byte) error {
+	return m.CallBuffer(dst, h, args, nil)
+}
+
+// CallBuffer is Call with a buffer written side by side with the call (the
+// handler sees it as Call.Buffer).
+func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	n := len(args) + len(buf)
+	if n > m.p.cfg.MaxPayload() {
+		return fmt.Errorf("%w: %d bytes of arguments and buffer, at most %d in %d-byte chunks", ErrTooLarge, n, m.p.cfg.MaxPayload(), m.p.cfg.ChunkSize)
+	}
+	s, err := m.sender(dst)
+	if err != nil {
+		return err
+	}
+	size := recordSize(n)
+	if s.pos+size > m.p.cfg.ChunkSize {
+		if err := s.rotate(); err != nil {
+			return err
+		}
+	}
+	mem, err := m.alloc(s.tx, size)
+	if err != nil {
+		return err
+	}
+	putRecord(mem.Bytes(), h, m.self, args, buf)
+	loc, _ := s.chunks[s.cur].Sub(uint64(s.pos), uint64(size))
+	if err := s.tx.Write(mem, loc); err != nil {
+		return err
+	}
+	s.pos += size
+	m.stats.Calls++
+	return nil
+}
+
+// rotate finishes the current chunk and moves to the next one, growing the
+// ring or applying the policy when the next one is not consumed yet.
+func (s *sender) rotate() error {
+	cfg := s.m.p.cfg
+	next := (s.cur + 1) % len(s.chunks)
+	var b dtutils.Backoff
+	for !s.free(next) {
+		if len(s.chunks) < cfg.MaxChunks {
+			locs, err := s.allocate(min(cfg.ChunksPerAllocation, cfg.MaxChunks-len(s.chunks)))
+			if err != nil {
+				return fmt.Errorf("riutils: growing the messenger to thread %d: %w", s.dst, err)
+			}
+			// Insert after the current chunk; the receiver, told by the grow
+			// bit of this rotation, inserts its copies at the same place.
+			s.chunks = append(s.chunks[:s.cur+1], append(locs, s.chunks[s.cur+1:]...)...)
+			s.lastUse = append(s.lastUse[:s.cur+1], append(make([]uint64, len(locs)), s.lastUse[s.cur+1:]...)...)
+			s.grew = true
+			next = s.cur + 1
+			s.m.stats.Grows++
+			break
+		}
+		if cfg.Policy == Fail {
+			return fmt.Errorf("%w: thread %d has not consumed %d chunks of %d bytes", ErrFull, s.dst, len(s.chunks), cfg.ChunkSize)
+		}
+		if _, err := s.m.f.Transmitter(s.rank); err != nil {
+			return err // the destination died
+		}
+		if s.m.Poll() > 0 { // keep our own callers going while we wait
+			b.Reset()
+		} else {
+			b.Wait()
+		}
+	}
+	pw := uint64(s.pos) | prodRotate
+	if s.grew {
+		pw |= prodGrow
+		s.grew = false
+	}
+	mem, err := s.m.alloc(s.tx, 8)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(mem.Bytes(), pw)
+	loc, _ := s.chunks[s.cur].Sub(offProducer, 8)
+	if err := s.tx.Write(mem, loc); err != nil {
+		return err
+	}
+	s.lastUse[s.cur] = s.seq
+	s.seq++
+	s.cur, s.pos = next, recordsStart
+	s.m.stats.Rotations++
+	return nil
+}

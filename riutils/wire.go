@@ -1,0 +1,140 @@
+package riutils
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+// Every byte format of package riutils that crosses a process boundary is
+// defined in this file, little-endian; docs/wire.md describes them.
+
+// Chunk layout (in the receiver's memory):
+//
+//	0    u32 sender thread
+//	4    u32 magic ("RICH")
+//	8    alloc.Locator (32 bytes): the sender's feedback word
+//	64   u64 producer word (written only by the sender): final record
+//	     offset (bits 0–47), rotate (bit 61), grow (bit 62), shutdown (bit 63)
+//	128  u64 consumer word (written only by the receiver): offset consumed
+//	192  records, each 8-byte aligned, up to the chunk's end
+const (
+	chunkMagic    = 0x48434952 // "RICH"
+	offFeedback   = 8
+	offProducer   = 64
+	offConsumer   = 128
+	recordsStart  = 192
+	prodRotate    = 1 << 61
+	prodGrow      = 1 << 62
+	prodShutdown  = 1 << 63
+	prodOffsetMax = 1<<48 - 1
+)
+
+// Record layout:
+//
+//	0   u32 payload bytes (arguments + buffer)
+//	4   u32 handler ID
+//	8   u32 source thread
+//	12  u32 argument bytes (the rest of the payload is the buffer)
+//	16  payload, zero-padded to a multiple of 8
+//	end u64 seal = sealOf(first header word, second header word); never 0
+//
+// The seal is the last word, which the transport stores last: a receiver that
+// sees the right seal sees the whole record.
+const (
+	recordHeader = 16
+	recordSeal   = 8
+)
+
+// recordSize is the bytes a record with n payload bytes takes.
+func recordSize(n int) int { return recordHeader + (n+7)&^7 + recordSeal }
+
+func sealOf(h0, h1 uint64) uint64 {
+	x := h0*0x9e3779b97f4a7c15 ^ (h1 + 0xd6e8feb86659fd93)
+	x ^= x >> 31
+	return x | 1
+}
+
+// putRecord writes a record into b (len(b) == recordSize(len(args)+len(buf))).
+func putRecord(b []byte, h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) {
+	n := len(args) + len(buf)
+	binary.LittleEndian.PutUint32(b[0:], uint32(n))
+	binary.LittleEndian.PutUint32(b[4:], uint32(h))
+	binary.LittleEndian.PutUint32(b[8:], uint32(src))
+	binary.LittleEndian.PutUint32(b[12:], uint32(len(args)))
+	copy(b[recordHeader:], args)
+	copy(b[recordHeader+len(args):], buf)
+	pad := b[recordHeader+n : len(b)-recordSeal]
+	clear(pad)
+	h0 := binary.LittleEndian.Uint64(b[0:])
+	h1 := binary.LittleEndian.Uint64(b[8:])
+	binary.LittleEndian.PutUint64(b[len(b)-recordSeal:], sealOf(h0, h1))
+}
+
+// record is a parsed record.
+type record struct {
+	handler   dsfabric.HandlerID
+	src       dsfabric.ThreadID
+	args, buf []byte // slices of the chunk, valid until it is zeroed
+	size      int
+}
+
+// parse states.
+const (
+	recNone    = iota // nothing (yet) at this offset
+	recOK             // a complete record
+	recCorrupt        // a header no sender can have written
+)
+
+func word(b []byte, off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
+}
+
+// parseRecord looks at offset pos of chunk c. It never reads outside c: a
+// length that leaves the chunk, or argument bytes above the payload, is
+// corrupt. A record whose seal does not match yet is incomplete (recNone).
+func parseRecord(c []byte, pos int) (record, int, error) {
+	if pos < recordsStart || pos%8 != 0 || pos > len(c) {
+		return record{}, recCorrupt, fmt.Errorf("%w: record offset %d in a %d-byte chunk", ErrProtocol, pos, len(c))
+	}
+	if pos+recordHeader+recordSeal > len(c) {
+		return record{}, recNone, nil // no record fits: the sender has rotated
+	}
+	h0 := word(c, pos).Load()
+	if h0 == 0 {
+		return record{}, recNone, nil
+	}
+	n := int(uint32(h0))
+	size := recordSize(n)
+	if n > len(c) || pos+size > len(c) {
+		return record{}, recCorrupt, fmt.Errorf("%w: record of %d payload bytes at offset %d overruns the %d-byte chunk", ErrProtocol, n, pos, len(c))
+	}
+	seal := word(c, pos+size-recordSeal).Load()
+	h1 := word(c, pos+8).Load()
+	if seal != sealOf(h0, h1) {
+		return record{}, recNone, nil
+	}
+	na := int(uint32(h1 >> 32))
+	if na > n {
+		return record{}, recCorrupt, fmt.Errorf("%w: %d argument bytes in a %d-byte payload", ErrProtocol, na, n)
+	}
+	p := c[pos+recordHeader : pos+recordHeader+n : pos+recordHeader+n]
+	return record{
+		handler: dsfabric.HandlerID(h0 >> 32),
+		src:     dsfabric.ThreadID(uint32(h1)),
+		args:    p[:na],
+		buf:     p[na:],
+		size:    size,
+	}, recOK, nil
+}
+
+// allocation request (service call to the receiver's process):
+//
+//	0  u32 sender thread   4 u32 receiver thread   8 u32 chunk count
+//	12 u32 chunk size      16 alloc.Locator of the sender's feedback word
+//
+// reply: u32 count, then count × alloc.Locator of the new chunks.
+const allocReqSize = 16 + 32
