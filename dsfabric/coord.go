@@ -74,8 +74,6 @@ func listenCoord(addr string) (net.Listener, error) {
 // still forms with the right ones.
 func (c *coordinator) gather(ctx context.Context, l launch, deadline time.Time) ([]string, error) {
 	size := l.size
-	c.conns = make([]net.Conn, size)
-	c.wmu = make([]sync.Mutex, size)
 	machines := make([]string, size)
 	machines[0] = machineID()
 	type arrival struct {
@@ -127,19 +125,21 @@ func (c *coordinator) gather(ctx context.Context, l launch, deadline time.Time) 
 	for got := 1; got < size; {
 		select {
 		case a := <-arrivals:
-			if c.conns[a.h.rank] != nil {
+			if c.conn(int(a.h.rank)) != nil {
 				c.f.log.Warn("dsfabric: rejected a second hello for a rank", "rank", a.h.rank)
 				writeFrame(a.c, wbuf{msgRefused}.str([]byte("rank already joined")))
 				a.c.Close()
 				continue
 			}
+			c.mu.Lock()
 			c.conns[a.h.rank] = a.c
+			c.mu.Unlock()
 			machines[a.h.rank] = a.h.machine
 			got++
 		case <-timer.C:
 			var missing []string
 			for r := 1; r < size; r++ {
-				if c.conns[r] == nil {
+				if c.conn(r) == nil {
 					missing = append(missing, fmt.Sprint(r))
 				}
 			}
@@ -156,10 +156,26 @@ func (c *coordinator) gather(ctx context.Context, l launch, deadline time.Time) 
 	return machines, nil
 }
 
+// newCoordinator prepares rank 0's side for a job of size ranks.
+func newCoordinator(f *Fabric, ln net.Listener, size int) *coordinator {
+	return &coordinator{f: f, ln: ln, conns: make([]net.Conn, size), wmu: make([]sync.Mutex, size)}
+}
+
+// conn returns rank r's connection, nil before its hello.
+func (c *coordinator) conn(r int) net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conns[r]
+}
+
 func (c *coordinator) send(r int, msg []byte) error {
+	conn := c.conn(r)
+	if conn == nil {
+		return fmt.Errorf("%w: rank %d has not joined", ErrBootstrap, r)
+	}
 	c.wmu[r].Lock()
 	defer c.wmu[r].Unlock()
-	return writeFrame(c.conns[r], msg)
+	return writeFrame(conn, msg)
 }
 
 // exchange collects every rank's endpoints and gives each rank the ones

@@ -112,7 +112,7 @@ func (f *Fabric) bootstrap(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		f.coord = &coordinator{f: f, ln: ln}
+		f.coord = newCoordinator(f, ln, l.size)
 		if l.kind == "self" {
 			if err := f.spawn(); err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/seriema-go/seriema/alloc"
@@ -81,7 +82,12 @@ type Process struct {
 	zoneMu   sync.Mutex
 	inboxes  []*inbox // by local thread rank
 	allocID  dsfabric.HandlerID
+	bound    chan struct{} // closed by Bind
 }
+
+// bindWait bounds how long an allocation request waits for Bind: a peer may
+// call as soon as its own Start returns, before this process has bound.
+const bindWait = 30 * time.Second
 
 // NewProcess registers riutils' service handler in h: call it before
 // dsfabric.Start, in every process, then Bind.
@@ -92,7 +98,7 @@ func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Process{cfg: cfg, log: cfg.Logger, handlers: h}
+	p := &Process{cfg: cfg, log: cfg.Logger, handlers: h, bound: make(chan struct{})}
 	id, err := h.Register("riutils.alloc-chunks", p.allocChunks)
 	if err != nil {
 		return nil, err
@@ -116,6 +122,7 @@ func (p *Process) Bind(f *dsfabric.Fabric) error {
 		p.inboxes[i] = &inbox{senders: xsync.NewMapOf[dsfabric.ThreadID, *incoming]()}
 	}
 	p.f.Store(f)
+	close(p.bound)
 	return nil
 }
 
@@ -145,10 +152,12 @@ type incoming struct {
 // allocChunks is the service call senders make on the receiver's process
 // (the paper's no-setup allocation: the receiving thread takes no part).
 func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
-	f := p.f.Load()
-	if f == nil {
-		return nil, ErrNotBound
+	select {
+	case <-p.bound:
+	case <-time.After(bindWait):
+		return nil, fmt.Errorf("%w within %v", ErrNotBound, bindWait)
 	}
+	f := p.f.Load()
 	if len(args) != allocReqSize {
 		return nil, fmt.Errorf("%w: allocation request of %d bytes", ErrProtocol, len(args))
 	}

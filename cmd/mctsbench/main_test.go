@@ -44,12 +44,13 @@ func TestMicroSendUnderMpirun(t *testing.T) {
 	}
 }
 
-// TestMicroSendSmoke runs the send benchmark for real: two self-launched
-// processes, tiny N, over shm and tcp.
+// TestMicroSendSmoke runs the send and write benchmarks for real: two
+// self-launched processes, tiny N, over shm and tcp.
 func TestMicroSendSmoke(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
-		t.Run(tr, func(t *testing.T) {
-			args := []string{"micro", "-mode", "send", "-sizes", "8,64", "-n", "500", "-reps", "1", "-transport", tr, "-json"}
+	for _, c := range []struct{ mode, tr string }{{"send", "shm"}, {"send", "tcp"}, {"write", "shm"}, {"write", "tcp"}} {
+		mode, tr := c.mode, c.tr
+		t.Run(mode+"-"+tr, func(t *testing.T) {
+			args := []string{"micro", "-mode", mode, "-sizes", "8,64", "-n", "500", "-reps", "1", "-transport", tr, "-json"}
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
 			var out, errb bytes.Buffer
 			if code := run(args, nil, &out, &errb); code != 0 {
@@ -61,7 +62,7 @@ func TestMicroSendSmoke(t *testing.T) {
 			}
 			for _, l := range lines {
 				var r Result
-				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != "send" || r.Transport != tr || r.CallsPerS <= 0 {
+				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != mode || r.Transport != tr || r.CallsPerS <= 0 {
 					t.Fatalf("bad result %q: %v", l, err)
 				}
 			}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/riutils"
+)
+
+// underLauncher reports whether this process is a rank of a job started by
+// dsfabric's self-launcher, mpirun, srun or a PMI launcher.
+func underLauncher() bool {
+	for _, v := range []string{dsfabric.EnvRank, "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// runStats is the receiver's side of one run.
+type runStats struct {
+	count    atomic.Int64
+	sum      atomic.Uint64
+	warm, n  int64
+	start    atomic.Int64 // ns, when the warm-up ended
+	end      atomic.Int64 // ns, when the last call ran
+	finished chan struct{}
+}
+
+// record is the benchmark's handler body: read every payload byte, count.
+func (s *runStats) record(args []byte) {
+	var x uint64
+	for _, b := range args {
+		x += uint64(b)
+	}
+	s.sum.Add(x)
+	k := s.count.Add(1)
+	if k == s.warm {
+		s.start.Store(time.Now().UnixNano())
+	}
+	if k == s.n {
+		s.end.Store(time.Now().UnixNano())
+		close(s.finished)
+	}
+}
+
+// runFabricModes measures calls from a worker thread of rank 1 to the
+// worker thread of rank 0, which reads every payload byte: mode "send" uses
+// dsfabric's send-based Call, "write" riutils' one-sided Messenger. All
+// modes run in one job, in order (every rank runs the same list). Rank 0
+// returns the results, the others nil.
+func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) ([]Result, error) {
+	if procs < 2 {
+		return nil, fmt.Errorf("-procs must be at least 2")
+	}
+	var st atomic.Pointer[runStats]
+	h := dsfabric.NewHandlers()
+	recv, _ := h.Register("micro.recv", func(c *dsfabric.Call, args []byte) ([]byte, error) {
+		st.Load().record(args)
+		return nil, nil
+	})
+	ri, err := riutils.NewProcess(h, riutils.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	type job struct {
+		mode string
+		size int
+		done chan error
+	}
+	jobs := make(chan job)
+	var ready = make(chan struct{})
+	worker := func(w *dsfabric.Worker) {
+		<-ready
+		f := w.Fabric()
+		dst, _ := f.Names().Thread(0, 0)
+		m, merr := ri.Messengers(f.Names().ThreadRank(w.ID()))
+		sendCall := func(p []byte) error { return f.Call(w.ID(), dst, recv, p, nil) }
+		writeCall := func(p []byte) error { return m.Call(dst, recv, p) }
+		pollBoth := func() int { return w.Poll() + m.Poll() }
+		for {
+			select {
+			case j := <-jobs:
+				if merr != nil {
+					j.done <- merr
+					continue
+				}
+				call, poll := sendCall, pollBoth
+				if j.mode == "write" {
+					call = writeCall
+				}
+				var err error
+				if f.Rank() == 1 {
+					payload := make([]byte, j.size)
+					for i := 0; i < spec.n && err == nil; i++ {
+						payload[i%j.size] = byte(i) // varying payload
+						err = call(payload)
+					}
+				} else if f.Rank() == 0 {
+					s := st.Load()
+					deadline := time.Now().Add(5 * time.Minute)
+					for s.count.Load() < s.n && err == nil {
+						if poll() == 0 && time.Now().After(deadline) {
+							err = fmt.Errorf("only %d of %d calls arrived", s.count.Load(), s.n)
+						}
+					}
+				}
+				j.done <- err
+			case <-f.Done():
+				return
+			default:
+				if merr == nil {
+					pollBoth()
+				}
+			}
+		}
+	}
+	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+		Procs: procs, Handlers: h, Transport: spec.transport, Worker: worker,
+		Stdout: stderr, // ranks other than 0 print nothing on stdout
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := ri.Bind(f); err != nil {
+		return nil, err
+	}
+	close(ready)
+	ctx := context.Background()
+	var results []Result
+	for _, mode := range modes {
+		rs, err := runFabricMode(ctx, f, mode, spec, &st, func(size int) error {
+			j := job{mode: mode, size: size, done: make(chan error, 1)}
+			jobs <- j
+			return <-j.done
+		})
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, rs...)
+	}
+	return results, nil
+}
+
+// runFabricMode runs the sizes × repetitions of one mode; run hands one run
+// to the local worker thread.
+func runFabricMode(ctx context.Context, f *dsfabric.Fabric, mode string, spec rawSpec, st *atomic.Pointer[runStats], run func(size int) error) ([]Result, error) {
+	var results []Result
+	for _, size := range spec.sizes {
+		var rates []float64
+		for rep := 0; rep < spec.reps; rep++ {
+			s := &runStats{warm: max(1, int64(spec.warmup())), n: int64(spec.n), finished: make(chan struct{})}
+			st.Store(s)
+			if err := f.Barrier(ctx); err != nil {
+				return nil, err
+			}
+			if err := run(size); err != nil {
+				return nil, fmt.Errorf("%s, %d-byte calls: %w", mode, size, err)
+			}
+			if f.Rank() == 0 {
+				rates = append(rates, float64(s.n-s.warm)/time.Duration(s.end.Load()-s.start.Load()).Seconds())
+			}
+			if err := f.Barrier(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if f.Rank() == 0 {
+			results = append(results, newResult(mode, transportName(spec.transport), size, spec.n, rates))
+		}
+	}
+	return results, nil
+}
+
+func transportName(t string) string {
+	if t == "" {
+		return "shm"
+	}
+	return t
+}
