@@ -1,9 +1,57 @@
-// Package riutils will hold one-sided remote invocation (DESIGN.md §6, the
-// paper's §4.4): Messenger (sealed records written straight into chunks in
-// the receiver's memory), Messengers (created on first use per destination),
-// Aggregator in trad and ovfl modes, every Table-1 call primitive over
-// one-sided writes, and RemoteObject.
+// Package riutils is one-sided remote invocation (DESIGN.md §6, the paper's
+// §4.4): a thread writes a call straight into memory owned by the
+// destination thread, which finds complete calls by polling its own memory
+// and runs them in order.
 //
-// Not implemented yet: tracked by the RIutils issue. Nothing in this package
-// is usable today.
+// # Messengers
+//
+// A Messenger joins one sending thread to one destination thread; the two
+// directions between two threads are two symmetrical messengers. Messengers
+// (one per thread, the paper's RDMAMessengerGlobal) creates them on first
+// use:
+//
+//	h := dsfabric.NewHandlers()
+//	ri, _ := riutils.NewProcess(h, riutils.DefaultConfig()) // before Start, in every process
+//	work, _ := h.Register("work", func(c *dsfabric.Call, args []byte) ([]byte, error) { ... })
+//	f, _ := dsfabric.Start(ctx, dsfabric.Config{Handlers: h, Worker: func(w *dsfabric.Worker) {
+//		m, _ := ri.Messengers(0) // on the worker thread itself
+//		m.Call(dst, work, args)  // one-sided: written into dst's memory
+//		for { m.Poll() }         // run the calls written to this thread
+//	}})
+//	ri.Bind(f)
+//
+// # Protocol
+//
+// The sender asks the destination's process, with a service call the
+// destination thread takes no part in, for ChunksPerAllocation chunks of
+// ChunkSize bytes; they are zeroed, carry the sender's identity and the
+// locator of its feedback word, and are announced to the destination thread
+// through its incoming-memory map. The sender then writes sealed records
+// (header, arguments, buffer, seal) one after the other with one-sided
+// writes; the seal is the last word written, so a record whose seal matches
+// its header is complete. When a record does not fit, the sender finishes
+// the chunk by writing its producer word (final offset, rotate bit) and moves
+// to the next chunk of its ring.
+//
+// The destination parses records in place, runs them, and when a chunk is
+// finished zeroes it and writes its cumulative consumed count into the
+// sender's feedback word: the sender never reads remote memory. A chunk is
+// reused once the feedback says it was consumed; if the next one is not, the
+// sender allocates more (up to MaxChunks), inserts them after the current
+// chunk, and sets the grow bit of the rotation so the destination inserts its
+// copies at the same place: both rings stay symmetrical. At MaxChunks the
+// Policy applies: Fail returns ErrFull, Retry waits (polling the caller's own
+// incoming calls meanwhile).
+//
+// A record no correct sender can write (a length overrunning the chunk, more
+// argument bytes than payload, another sender's identity) stops that
+// messenger with ErrProtocol (Messengers.Err); the others go on. A call
+// larger than a chunk fails with ErrTooLarge before anything is written.
+//
+// Not built yet (see the open issue): RetryAsync, the Aggregator (trad and
+// ovfl modes), one-sided CallBuffer variants other than the side-by-side
+// buffer, CallReturn into a RemoteObject, broadcasts, the shutdown
+// handshake.
+//
+// Byte formats are in wire.go and docs/wire.md.
 package riutils
