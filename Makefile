@@ -27,11 +27,13 @@ demo: $(BIN)/mctsbench
 setup:
 	@sh scripts/reserve-hugepages.sh
 
-# The Transmitter hammer also runs at full size (8 goroutines × 1 M
-# operations) without the race detector, which would make it take minutes.
+# The Transmitter hammer (8 goroutines × 1 M operations) and the messenger
+# sequence test (10 M calls per sender) also run at full size without the
+# race detector, which would make them take many minutes.
 test: setup lint
 	$(GO) test $(TESTFLAGS) ./...
 	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
+	SERIEMA_FULL=1 $(GO) test -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
 
 lint: fmt-check vet
 
