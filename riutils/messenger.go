@@ -104,6 +104,12 @@ func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
 		return nil, err
 	}
 	p.allocID = id
+	// Reserve the batch handler's name so no user handler takes its ID.
+	if _, err := h.Register(batchHandlerName, func(*dsfabric.Call, []byte) ([]byte, error) {
+		return nil, fmt.Errorf("%w: a batch is not a call", ErrProtocol)
+	}); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -96,45 +96,63 @@ func (s *sequence) handler(c *dsfabric.Call, args []byte) ([]byte, error) {
 }
 
 // TestMessengerSequence (paper §4.4): calls with sequence numbers, 1 sender
-// → 1 receiver and 3 senders → 1 receiver, over shm and tcp: nothing lost,
+// → 1 receiver and 3 senders → 1 receiver, over shm and tcp, through a bare
+// Messenger (write) and an Aggregator in trad and ovfl modes: nothing lost,
 // duplicated or reordered per sender.
 func TestMessengerSequence(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
-		for _, senders := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%s-%dto1", tr, senders), func(t *testing.T) {
-				n := seqOps()
-				if tr == "tcp" && os.Getenv("SERIEMA_FULL") == "" {
-					n /= 10
-				}
-				var seq sequence
-				var h dsfabric.HandlerID
-				cfg := DefaultConfig()
-				cfg.ChunkSize = 64 << 10 // many rotations
-				job(t, senders+1, 1, tr, cfg, func(hs *dsfabric.Handlers) {
-					h, _ = hs.Register("seq", seq.handler)
-				}, func(m *Messengers) error {
-					if m.ID() != 0 {
-						var args [24]byte
-						for i := 0; i < n; i++ {
-							binary.LittleEndian.PutUint64(args[:], uint64(i))
-							if err := m.Call(0, h, args[:8+8*(i%3)]); err != nil {
-								return err
-							}
-						}
-						return nil
-					}
-					deadline := time.Now().Add(2 * time.Minute)
-					for seq.total.Load() < int64(senders*n) && time.Now().Before(deadline) {
-						if m.Poll() == 0 {
-							time.Sleep(10 * time.Microsecond)
-						}
-					}
-					if got := seq.total.Load(); got != int64(senders*n) || seq.bad.Load() != 0 {
-						return fmt.Errorf("received %d of %d calls, %d out of order", got, senders*n, seq.bad.Load())
-					}
-					return m.Err()
-				})
-			})
+	for _, mode := range []string{"write", "trad", "ovfl"} {
+		for _, tr := range []string{"shm", "tcp"} {
+			for _, senders := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s-%s-%dto1", mode, tr, senders), func(t *testing.T) { sequenceJob(t, mode, tr, senders) })
+			}
 		}
 	}
+}
+
+func sequenceJob(t *testing.T, mode, tr string, senders int) {
+	n := seqOps()
+	if tr == "tcp" && os.Getenv("SERIEMA_FULL") == "" {
+		n /= 10
+	}
+	var seq sequence
+	var h dsfabric.HandlerID
+	cfg := DefaultConfig()
+	cfg.ChunkSize = 64 << 10 // many rotations
+	job(t, senders+1, 1, tr, cfg, func(hs *dsfabric.Handlers) {
+		h, _ = hs.Register("seq", seq.handler)
+	}, func(m *Messengers) error {
+		if m.ID() != 0 {
+			call := m.Call
+			flush := func() error { return nil }
+			if mode != "write" {
+				am := Trad
+				if mode == "ovfl" {
+					am = Ovfl
+				}
+				a, err := m.Aggregator(AggregatorConfig{Mode: am})
+				if err != nil {
+					return err
+				}
+				call, flush = a.Call, a.Flush
+			}
+			var args [24]byte
+			for i := 0; i < n; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := call(0, h, args[:8+8*(i%3)]); err != nil {
+					return err
+				}
+			}
+			return flush()
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for seq.total.Load() < int64(senders*n) && time.Now().Before(deadline) {
+			if m.Poll() == 0 {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+		if got := seq.total.Load(); got != int64(senders*n) || seq.bad.Load() != 0 {
+			return fmt.Errorf("received %d of %d calls, %d out of order", got, senders*n, seq.bad.Load())
+		}
+		return m.Err()
+	})
 }

@@ -88,7 +88,10 @@ func (r *receiver) poll() int {
 				r.stop(fmt.Errorf("%w: record from thread %d in thread %d's chunk", ErrProtocol, rec.src, r.src))
 				return n
 			}
-			r.dispatch(rec)
+			if err := r.dispatch(rec); err != nil {
+				r.stop(err)
+				return n
+			}
 			r.pos += rec.size
 			n++
 			continue
@@ -110,21 +113,37 @@ func (r *receiver) poll() int {
 	}
 }
 
-func (r *receiver) dispatch(rec record) {
+func (r *receiver) dispatch(rec record) error {
+	if rec.handler == batchHandler {
+		for b := rec.args; len(b) > 0; {
+			h, args, buf, size, err := nextInner(b)
+			if err != nil {
+				return err
+			}
+			r.run(h, rec.src, args, buf)
+			b = b[size:]
+		}
+		return nil
+	}
+	r.run(rec.handler, rec.src, rec.args, rec.buf)
+	return nil
+}
+
+func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) {
 	m := r.m
-	fn, ok := m.p.handlers.Lookup(rec.handler)
+	fn, ok := m.p.handlers.Lookup(h)
 	m.stats.Received++
 	if !ok {
 		m.stats.UnknownHandlers++
-		m.p.log.Warn("riutils: call to an unknown handler", "from", rec.src, "handler", fmt.Sprintf("%#08x", uint32(rec.handler)))
+		m.p.log.Warn("riutils: call to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)))
 		return
 	}
-	r.call = dsfabric.Call{Fabric: m.f, Src: rec.src, Dst: m.self, Buffer: rec.buf}
-	if len(rec.buf) == 0 {
+	r.call = dsfabric.Call{Fabric: m.f, Src: src, Dst: m.self, Buffer: buf}
+	if len(buf) == 0 {
 		r.call.Buffer = nil
 	}
-	if _, err := fn(&r.call, rec.args); err != nil {
-		m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(rec.handler)), "err", err)
+	if _, err := fn(&r.call, args); err != nil {
+		m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package riutils
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -99,37 +100,63 @@ func (m *Messengers) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []by
 // CallBuffer is Call with a buffer written side by side with the call (the
 // handler sees it as Call.Buffer).
 func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	ok, err := m.call(dst, h, args, buf, m.p.cfg.Policy)
+	if !ok && err == nil {
+		err = fmt.Errorf("%w: thread %d has not consumed %d chunks", ErrFull, dst, m.p.cfg.MaxChunks)
+	}
+	return err
+}
+
+// call builds the record in registered memory and writes it; with policy
+// Fail a full messenger reports (false, nil) and writes nothing.
+func (m *Messengers) call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte, policy Policy) (bool, error) {
 	n := len(args) + len(buf)
 	if n > m.p.cfg.MaxPayload() {
-		return fmt.Errorf("%w: %d bytes of arguments and buffer, at most %d in %d-byte chunks", ErrTooLarge, n, m.p.cfg.MaxPayload(), m.p.cfg.ChunkSize)
+		return false, fmt.Errorf("%w: %d bytes of arguments and buffer, at most %d in %d-byte chunks", ErrTooLarge, n, m.p.cfg.MaxPayload(), m.p.cfg.ChunkSize)
 	}
 	s, err := m.sender(dst)
 	if err != nil {
-		return err
+		return false, err
 	}
-	size := recordSize(n)
-	if s.pos+size > m.p.cfg.ChunkSize {
-		if err := s.rotate(); err != nil {
-			return err
-		}
+	if ok, err := s.reserve(recordSize(n), policy); !ok || err != nil {
+		return ok, err
 	}
-	mem, err := m.alloc(s.tx, size)
+	mem, err := m.alloc(s.tx, recordSize(n))
 	if err != nil {
-		return err
+		return false, err
 	}
 	putRecord(mem.Bytes(), h, m.self, args, buf)
-	loc, _ := s.chunks[s.cur].Sub(uint64(s.pos), uint64(size))
+	return true, s.write(mem)
+}
+
+// reserve makes room for a record of size bytes in the current chunk,
+// rotating if needed. With policy Fail, a full messenger gives (false, nil).
+func (s *sender) reserve(size int, policy Policy) (bool, error) {
+	if s.pos+size <= s.m.p.cfg.ChunkSize {
+		return true, nil
+	}
+	err := s.rotate(policy)
+	if errors.Is(err, ErrFull) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// write sends a complete record (reserved with reserve) to the current
+// position.
+func (s *sender) write(mem alloc.Memory) error {
+	loc, _ := s.chunks[s.cur].Sub(uint64(s.pos), uint64(mem.Len()))
 	if err := s.tx.Write(mem, loc); err != nil {
 		return err
 	}
-	s.pos += size
-	m.stats.Calls++
+	s.pos += mem.Len()
+	s.m.stats.Calls++
 	return nil
 }
 
 // rotate finishes the current chunk and moves to the next one, growing the
 // ring or applying the policy when the next one is not consumed yet.
-func (s *sender) rotate() error {
+func (s *sender) rotate(policy Policy) error {
 	cfg := s.m.p.cfg
 	next := (s.cur + 1) % len(s.chunks)
 	var b dtutils.Backoff
@@ -148,7 +175,7 @@ func (s *sender) rotate() error {
 			s.m.stats.Grows++
 			break
 		}
-		if cfg.Policy == Fail {
+		if policy == Fail {
 			return fmt.Errorf("%w: thread %d has not consumed %d chunks of %d bytes", ErrFull, s.dst, len(s.chunks), cfg.ChunkSize)
 		}
 		if _, err := s.m.f.Transmitter(s.rank); err != nil {

@@ -138,3 +138,45 @@ func parseRecord(c []byte, pos int) (record, int, error) {
 //
 // reply: u32 count, then count × alloc.Locator of the new chunks.
 const allocReqSize = 16 + 32
+
+// Batches (Aggregator, trad mode) are one record whose handler is
+// batchHandler and whose arguments are inner records:
+//
+//	0  u32 handler ID   4 u32 argument bytes   8 u32 buffer bytes   12 u32 reserved (0)
+//	16 arguments, buffer, zero-padded to a multiple of 8
+const (
+	batchHandlerName = "riutils.batch"
+	innerHeader      = 16
+)
+
+var batchHandler = dsfabric.IDOf(batchHandlerName)
+
+func innerSize(n int) int { return innerHeader + (n+7)&^7 }
+
+func putInner(b []byte, h dsfabric.HandlerID, args, buf []byte) {
+	binary.LittleEndian.PutUint32(b[0:], uint32(h))
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(args)))
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(buf)))
+	binary.LittleEndian.PutUint32(b[12:], 0)
+	copy(b[innerHeader:], args)
+	copy(b[innerHeader+len(args):], buf)
+	clear(b[innerHeader+len(args)+len(buf) : innerSize(len(args)+len(buf))])
+}
+
+// nextInner parses the inner record at the start of b.
+func nextInner(b []byte) (h dsfabric.HandlerID, args, buf []byte, size int, err error) {
+	if len(b) < innerHeader {
+		return 0, nil, nil, 0, fmt.Errorf("%w: %d bytes left in a batch", ErrProtocol, len(b))
+	}
+	na := uint64(binary.LittleEndian.Uint32(b[4:]))
+	nb := uint64(binary.LittleEndian.Uint32(b[8:]))
+	if binary.LittleEndian.Uint32(b[12:]) != 0 || innerHeader+na+nb > uint64(len(b)) {
+		return 0, nil, nil, 0, fmt.Errorf("%w: inner record of %d+%d bytes in %d", ErrProtocol, na, nb, len(b))
+	}
+	size = innerSize(int(na + nb))
+	if size > len(b) {
+		return 0, nil, nil, 0, fmt.Errorf("%w: inner record padding overruns the batch", ErrProtocol)
+	}
+	d := b[innerHeader : innerHeader+na+nb : innerHeader+na+nb]
+	return dsfabric.HandlerID(binary.LittleEndian.Uint32(b)), d[:na], d[na:], size, nil
+}

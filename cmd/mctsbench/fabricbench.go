@@ -52,7 +52,8 @@ func (s *runStats) record(args []byte) {
 
 // runFabricModes measures calls from a worker thread of rank 1 to the
 // worker thread of rank 0, which reads every payload byte: mode "send" uses
-// dsfabric's send-based Call, "write" riutils' one-sided Messenger. All
+// dsfabric's send-based Call, "write" riutils' one-sided Messenger, "trad"
+// and "ovfl" riutils' Aggregator in those modes (flushed at the end). All
 // modes run in one job, in order (every rank runs the same list). Rank 0
 // returns the results, the others nil.
 func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) ([]Result, error) {
@@ -81,8 +82,20 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 		f := w.Fabric()
 		dst, _ := f.Names().Thread(0, 0)
 		m, merr := ri.Messengers(f.Names().ThreadRank(w.ID()))
-		sendCall := func(p []byte) error { return f.Call(w.ID(), dst, recv, p, nil) }
-		writeCall := func(p []byte) error { return m.Call(dst, recv, p) }
+		var trad, ovfl *riutils.Aggregator
+		if merr == nil {
+			trad, merr = m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Trad})
+		}
+		if merr == nil {
+			ovfl, merr = m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Ovfl})
+		}
+		calls := map[string]func([]byte) error{
+			"send":  func(p []byte) error { return f.Call(w.ID(), dst, recv, p, nil) },
+			"write": func(p []byte) error { return m.Call(dst, recv, p) },
+			"trad":  func(p []byte) error { return trad.Call(dst, recv, p) },
+			"ovfl":  func(p []byte) error { return ovfl.Call(dst, recv, p) },
+		}
+		flushes := map[string]func() error{"trad": trad.Flush, "ovfl": ovfl.Flush}
 		pollBoth := func() int { return w.Poll() + m.Poll() }
 		for {
 			select {
@@ -91,16 +104,16 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 					j.done <- merr
 					continue
 				}
-				call, poll := sendCall, pollBoth
-				if j.mode == "write" {
-					call = writeCall
-				}
+				call, poll := calls[j.mode], pollBoth
 				var err error
 				if f.Rank() == 1 {
 					payload := make([]byte, j.size)
 					for i := 0; i < spec.n && err == nil; i++ {
 						payload[i%j.size] = byte(i) // varying payload
 						err = call(payload)
+					}
+					if fl := flushes[j.mode]; fl != nil && err == nil {
+						err = fl()
 					}
 				} else if f.Rank() == 0 {
 					s := st.Load()

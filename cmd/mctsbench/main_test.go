@@ -47,7 +47,7 @@ func TestMicroSendUnderMpirun(t *testing.T) {
 // TestMicroSendSmoke runs the send and write benchmarks for real: two
 // self-launched processes, tiny N, over shm and tcp.
 func TestMicroSendSmoke(t *testing.T) {
-	for _, c := range []struct{ mode, tr string }{{"send", "shm"}, {"send", "tcp"}, {"write", "shm"}, {"write", "tcp"}} {
+	for _, c := range []struct{ mode, tr string }{{"send", "shm"}, {"send", "tcp"}, {"write", "shm"}, {"write", "tcp"}, {"trad", "shm"}, {"ovfl", "tcp"}} {
 		mode, tr := c.mode, c.tr
 		t.Run(mode+"-"+tr, func(t *testing.T) {
 			args := []string{"micro", "-mode", mode, "-sizes", "8,64", "-n", "500", "-reps", "1", "-transport", tr, "-json"}
@@ -88,8 +88,8 @@ func TestPendingSubcommandsFailClearly(t *testing.T) {
 		t.Errorf("no arguments: %d %q", code, out.String())
 	}
 	errb.Reset()
-	if code := run([]string{"micro", "-mode", "trad"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "riutils") {
-		t.Errorf("pending mode: %d %q", code, errb.String())
+	if code := run([]string{"micro", "-mode", "bogus"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown mode") {
+		t.Errorf("unknown mode: %d %q", code, errb.String())
 	}
 	if code := run([]string{"micro", "-sizes", "8,x"}, nil, &out, &errb); code != 2 {
 		t.Errorf("bad sizes accepted")

@@ -1,0 +1,249 @@
+package riutils
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+// Mode is an Aggregator's way of batching, chosen at run time.
+type Mode int
+
+const (
+	// Trad packs calls into a local batch in registered memory and sends the
+	// whole batch as one record, in one write, when it holds FlushSize bytes
+	// or on Flush. Nothing is copied: the batch is built where it is sent
+	// from, with room for the outer header and seal reserved.
+	Trad Mode = iota
+	// Ovfl sends each call straight through its messenger and keeps calls
+	// locally (sealed records in registered memory) only while the messenger
+	// cannot progress; they go first when it can.
+	Ovfl
+)
+
+func (m Mode) String() string {
+	if m == Ovfl {
+		return "ovfl"
+	}
+	return "trad"
+}
+
+// AggregatorConfig configures an Aggregator.
+type AggregatorConfig struct {
+	// Mode is Trad (default) or Ovfl.
+	Mode Mode
+	// FlushSize is the batch size in bytes at which Trad sends. Default 4 KiB.
+	FlushSize int
+	// MaxExceeding bounds the bytes Ovfl keeps locally; past it calls fail
+	// with ErrFull. Default 8 MiB.
+	MaxExceeding int
+}
+
+// Aggregator batches calls on top of a thread's Messengers (the paper's
+// RDMAAggregator). Like its Messengers, it belongs to one thread.
+type Aggregator struct {
+	m   *Messengers
+	cfg AggregatorConfig
+	out map[dsfabric.ThreadID]*aggDst
+}
+
+type aggDst struct {
+	batch  alloc.Memory // trad: [outer header][inner records][room for the seal]
+	used   int          // trad: bytes of inner records
+	queue  []alloc.Memory
+	queued int // ovfl: bytes kept locally
+}
+
+// Aggregator returns an aggregator over m.
+func (m *Messengers) Aggregator(cfg AggregatorConfig) (*Aggregator, error) {
+	if cfg.FlushSize == 0 {
+		cfg.FlushSize = 4 << 10
+	}
+	if cfg.MaxExceeding == 0 {
+		cfg.MaxExceeding = 8 << 20
+	}
+	if cfg.Mode != Trad && cfg.Mode != Ovfl {
+		return nil, fmt.Errorf("%w: Mode %d", ErrBadConfig, cfg.Mode)
+	}
+	if cfg.FlushSize < innerHeader || cfg.FlushSize%8 != 0 || recordSize(cfg.FlushSize) > m.p.cfg.ChunkSize-recordsStart || cfg.FlushSize > 128<<10 {
+		return nil, fmt.Errorf("%w: FlushSize %d (a multiple of 8, at most 128 KiB and one chunk)", ErrBadConfig, cfg.FlushSize)
+	}
+	if cfg.MaxExceeding < 0 {
+		return nil, fmt.Errorf("%w: MaxExceeding %d", ErrBadConfig, cfg.MaxExceeding)
+	}
+	return &Aggregator{m: m, cfg: cfg, out: map[dsfabric.ThreadID]*aggDst{}}, nil
+}
+
+func (a *Aggregator) dst(t dsfabric.ThreadID) *aggDst {
+	d, ok := a.out[t]
+	if !ok {
+		d = &aggDst{}
+		a.out[t] = d
+	}
+	return d
+}
+
+// Call runs h with args on thread dst, batched per the mode.
+func (a *Aggregator) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []byte) error {
+	return a.CallBuffer(dst, h, args, nil)
+}
+
+// CallBuffer is Call with a buffer side by side.
+func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	if a.cfg.Mode == Ovfl {
+		return a.ovfl(dst, h, args, buf)
+	}
+	d := a.dst(dst)
+	in := innerSize(len(args) + len(buf))
+	if in > a.cfg.FlushSize {
+		// Too big to batch: flush what is batched (order), send it alone.
+		if err := a.flush(dst, d); err != nil {
+			return err
+		}
+		return a.m.CallBuffer(dst, h, args, buf)
+	}
+	if d.used+in > a.cfg.FlushSize {
+		if err := a.flush(dst, d); err != nil {
+			return err
+		}
+	}
+	if d.batch.IsZero() {
+		s, err := a.m.sender(dst)
+		if err != nil {
+			return err
+		}
+		if d.batch, err = a.m.alloc(s.tx, recordSize(a.cfg.FlushSize)); err != nil {
+			return err
+		}
+	}
+	putInner(d.batch.Bytes()[recordHeader+d.used:], h, args, buf)
+	d.used += in
+	if d.used >= a.cfg.FlushSize {
+		// The call is batched either way: a full messenger only delays it
+		// to the next call or Flush.
+		if err := a.flush(dst, d); err != nil && !errors.Is(err, ErrFull) {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush seals dst's batch as one record and writes it.
+func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
+	if d.used == 0 {
+		return nil
+	}
+	s, err := a.m.sender(dst)
+	if err != nil {
+		return err
+	}
+	size := recordSize(d.used)
+	b := d.batch.Bytes()
+	binary.LittleEndian.PutUint32(b[0:], uint32(d.used))
+	binary.LittleEndian.PutUint32(b[4:], uint32(batchHandler))
+	binary.LittleEndian.PutUint32(b[8:], uint32(a.m.self))
+	binary.LittleEndian.PutUint32(b[12:], uint32(d.used))
+	binary.LittleEndian.PutUint64(b[size-recordSeal:], sealOf(binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:])))
+	ok, err := s.reserve(size, a.m.p.cfg.Policy)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: thread %d has not consumed %d chunks", ErrFull, dst, a.m.p.cfg.MaxChunks)
+	}
+	if err != nil {
+		return err // the batch stays: a later Flush retries it
+	}
+	rec, _ := d.batch.Slice(0, size)
+	if err := s.write(rec); err != nil {
+		return err
+	}
+	d.batch.Done() // the unused tail of the batch buffer
+	d.batch, d.used = alloc.Memory{}, 0
+	return nil
+}
+
+// ovfl sends straight through, keeping calls locally while it cannot.
+func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	d := a.dst(dst)
+	if err := a.drain(dst, d, Fail); err != nil {
+		return err
+	}
+	if len(d.queue) == 0 {
+		ok, err := a.m.call(dst, h, args, buf, Fail)
+		if ok || err != nil {
+			return err
+		}
+	}
+	n := len(args) + len(buf)
+	size := recordSize(n)
+	if d.queued+size > a.cfg.MaxExceeding {
+		return fmt.Errorf("%w: %d bytes already kept for thread %d (MaxExceeding %d)", ErrFull, d.queued, dst, a.cfg.MaxExceeding)
+	}
+	s, err := a.m.sender(dst)
+	if err != nil {
+		return err
+	}
+	mem, err := a.m.alloc(s.tx, size)
+	if err != nil {
+		return err
+	}
+	putRecord(mem.Bytes(), h, a.m.self, args, buf)
+	d.queue = append(d.queue, mem)
+	d.queued += size
+	return nil
+}
+
+// drain sends kept calls in order while the messenger progresses.
+func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) error {
+	if len(d.queue) == 0 {
+		return nil
+	}
+	s, err := a.m.sender(dst)
+	if err != nil {
+		return err
+	}
+	for len(d.queue) > 0 {
+		mem := d.queue[0]
+		ok, err := s.reserve(mem.Len(), policy)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		if err := s.write(mem); err != nil {
+			return err
+		}
+		d.queued -= mem.Len()
+		d.queue[0] = alloc.Memory{}
+		d.queue = d.queue[1:]
+	}
+	return nil
+}
+
+// Exceeding returns the bytes Ovfl keeps locally for all destinations.
+func (a *Aggregator) Exceeding() int {
+	n := 0
+	for _, d := range a.out {
+		n += d.queued
+	}
+	return n
+}
+
+// Flush sends every batched (Trad) or kept (Ovfl) call, waiting for room
+// per the messengers' policy.
+func (a *Aggregator) Flush() error {
+	for dst, d := range a.out {
+		var err error
+		if a.cfg.Mode == Trad {
+			err = a.flush(dst, d)
+		} else {
+			err = a.drain(dst, d, a.m.p.cfg.Policy)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
