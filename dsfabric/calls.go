@@ -160,12 +160,9 @@ func (f *Fabric) CallBuffer(src, dst ThreadID, h HandlerID, args, buf []byte, s 
 // (registered memory at dst's process) with a one-sided write, then runs h
 // on dst, whose Call.Buffer is dest. The write is complete when h runs.
 func (f *Fabric) CallBufferWrite(src, dst ThreadID, h HandlerID, args []byte, orig alloc.Memory, dest alloc.Locator, s *Synchronizer) error {
-	rank, err := f.thread(dst)
+	rank, err := f.bufferDest(dst, orig, dest)
 	if err != nil {
 		return err
-	}
-	if dest.Process != uint32(rank) || dest.Length != uint64(orig.Len()) {
-		return fmt.Errorf("%w: destination buffer %v for %d bytes at rank %d", ErrBadThread, dest, orig.Len(), rank)
 	}
 	lb, _ := dest.MarshalBinary()
 	hd := callHdr{kind: kindCall, flags: flagDestBuf, handler: h, src: uint32(src), dst: uint32(dst)}
@@ -179,18 +176,28 @@ func (f *Fabric) CallBufferWrite(src, dst ThreadID, h HandlerID, args []byte, or
 // Call.Buffer is dest. orig must stay unchanged until h has run: use an
 // Executed synchronizer to know when.
 func (f *Fabric) CallBufferRead(src, dst ThreadID, h HandlerID, args []byte, orig alloc.Memory, dest alloc.Locator, s *Synchronizer) error {
-	rank, err := f.thread(dst)
+	rank, err := f.bufferDest(dst, orig, dest)
 	if err != nil {
 		return err
-	}
-	if dest.Process != uint32(rank) || dest.Length != uint64(orig.Len()) {
-		return fmt.Errorf("%w: destination buffer %v for %d bytes at rank %d", ErrBadThread, dest, orig.Len(), rank)
 	}
 	lb, _ := orig.Locator().AppendBinary(make([]byte, 0, 2*locSize))
 	lb, _ = dest.AppendBinary(lb)
 	hd := callHdr{kind: kindCall, flags: flagReadBuf, handler: h, src: uint32(src), dst: uint32(dst)}
 	f.syncFlags(s, &hd)
 	return transmitted(s, f.send(rank, hd, args, lb, nil))
+}
+
+// bufferDest checks that dest is a buffer of orig's size at dst's process
+// and returns that rank.
+func (f *Fabric) bufferDest(dst ThreadID, orig alloc.Memory, dest alloc.Locator) (int, error) {
+	rank, err := f.thread(dst)
+	if err != nil {
+		return 0, err
+	}
+	if dest.Process != uint32(rank) || dest.Length != uint64(orig.Len()) {
+		return 0, fmt.Errorf("%w: destination buffer %v for %d bytes at rank %d", ErrBadThread, dest, orig.Len(), rank)
+	}
+	return rank, nil
 }
 
 // CallReturn runs h with args on dst and returns its result.

@@ -44,28 +44,15 @@ func TestMicroSendUnderMpirun(t *testing.T) {
 	}
 }
 
-// TestMicroSendSmoke runs the send and write benchmarks for real: two
-// self-launched processes, tiny N, over shm and tcp.
+// TestMicroSendSmoke runs the fabric benchmarks (send, write, trad, ovfl)
+// for real: two self-launched processes, tiny N, over shm and tcp.
 func TestMicroSendSmoke(t *testing.T) {
 	for _, c := range []struct{ mode, tr string }{{"send", "shm"}, {"send", "tcp"}, {"write", "shm"}, {"write", "tcp"}, {"trad", "shm"}, {"ovfl", "tcp"}} {
 		mode, tr := c.mode, c.tr
 		t.Run(mode+"-"+tr, func(t *testing.T) {
 			args := []string{"micro", "-mode", mode, "-sizes", "8,64", "-n", "500", "-reps", "1", "-transport", tr, "-json"}
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
-			var out, errb bytes.Buffer
-			if code := run(args, nil, &out, &errb); code != 0 {
-				t.Fatalf("exit %d: %s", code, errb.String())
-			}
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 2 {
-				t.Fatalf("want 2 results, got %q", out.String())
-			}
-			for _, l := range lines {
-				var r Result
-				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != mode || r.Transport != tr || r.CallsPerS <= 0 {
-					t.Fatalf("bad result %q: %v", l, err)
-				}
-			}
+			runMicro(t, args, mode, tr, 2)
 		})
 	}
 }
@@ -143,20 +130,27 @@ func TestMicroRawSmoke(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
 		t.Run(tr, func(t *testing.T) {
 			args := []string{"micro", "-mode", "raw", "-sizes", "8,256", "-n", "2000", "-reps", "1", "-transport", tr, "-json"}
-			var out, errb bytes.Buffer
-			if code := run(args, nil, &out, &errb); code != 0 {
-				t.Fatalf("exit %d: %s", code, errb.String())
-			}
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 2 {
-				t.Fatalf("want 2 results, got %q", out.String())
-			}
-			for _, l := range lines {
-				var r Result
-				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != "raw" || r.Transport != tr || r.CallsPerS <= 0 {
-					t.Fatalf("bad result %q: %v", l, err)
-				}
-			}
+			runMicro(t, args, "raw", tr, 2)
 		})
+	}
+}
+
+// runMicro runs a micro command and checks it printed want JSON results of
+// mode over transport tr, each with a positive rate.
+func runMicro(t *testing.T, args []string, mode, tr string, want int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != want {
+		t.Fatalf("want %d results, got %q", want, out.String())
+	}
+	for _, l := range lines {
+		var r Result
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != mode || r.Transport != tr || r.CallsPerS <= 0 {
+			t.Fatalf("bad result %q: %v", l, err)
+		}
 	}
 }
