@@ -41,17 +41,28 @@
 // chunk, and sets the grow bit of the rotation so the destination inserts its
 // copies at the same place: both rings stay symmetrical. At MaxChunks the
 // Policy applies: Fail returns ErrFull, Retry waits (polling the caller's own
-// incoming calls meanwhile).
+// incoming calls meanwhile), RetryAsync keeps the call locally and sends it,
+// in order, on the thread's next call, Poll or Flush.
+//
+// # Aggregator
+//
+// An Aggregator batches calls on top of a thread's Messengers, in a mode
+// chosen at run time. Trad builds a batch of calls in registered memory, with
+// room for the outer record's header and seal reserved, and writes it as one
+// record when it holds FlushSize bytes or on Flush: no copy. Ovfl sends each
+// call straight through and keeps calls locally only while the messenger
+// cannot progress, up to MaxExceeding bytes.
 //
 // A record no correct sender can write (a length overrunning the chunk, more
 // argument bytes than payload, another sender's identity) stops that
 // messenger with ErrProtocol (Messengers.Err); the others go on. A call
 // larger than a chunk fails with ErrTooLarge before anything is written.
 //
-// Not built yet (see the open issue): RetryAsync, the Aggregator (trad and
-// ovfl modes), one-sided CallBuffer variants other than the side-by-side
-// buffer, CallReturn into a RemoteObject, broadcasts, the shutdown
-// handshake.
+// Not built yet (see the open issue): one-sided CallBuffer variants other
+// than the side-by-side buffer, CallReturn into a RemoteObject, broadcasts,
+// Synchronizer notifications, a process-level poller, the shutdown
+// handshake; RetryAsync drains on the calling thread rather than in a
+// helper goroutine.
 //
 // Byte formats are in wire.go and docs/wire.md.
 package riutils

@@ -27,6 +27,12 @@ const (
 	Retry Policy = iota
 	// Fail returns ErrFull at once.
 	Fail
+	// RetryAsync keeps the call locally (a sealed record in registered
+	// memory, at most MaxAsyncBytes per thread) and returns at once; kept
+	// calls go out, in order, on the thread's next call, Poll or Flush.
+	// While calls to a destination are kept, new ones join them, so the
+	// order per sender holds.
+	RetryAsync
 )
 
 // Config configures the messengers of a process. DefaultConfig fills it.
@@ -42,13 +48,16 @@ type Config struct {
 	MaxChunks int
 	// Policy applies when a messenger is full. Default Retry.
 	Policy Policy
+	// MaxAsyncBytes bounds the calls RetryAsync keeps per thread; past it
+	// calls fail with ErrFull. Default 64 MiB.
+	MaxAsyncBytes int
 	// Logger receives protocol errors. Default slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig returns 2 MiB chunks, 2 per allocation, at most 8, Retry.
 func DefaultConfig() Config {
-	return Config{ChunkSize: 2 << 20, ChunksPerAllocation: 2, MaxChunks: 8, Policy: Retry}
+	return Config{ChunkSize: 2 << 20, ChunksPerAllocation: 2, MaxChunks: 8, Policy: Retry, MaxAsyncBytes: 64 << 20}
 }
 
 // VerifyConfig checks c.
@@ -60,8 +69,10 @@ func (c Config) VerifyConfig() error {
 		return fmt.Errorf("%w: ChunksPerAllocation %d with MaxChunks %d", ErrBadConfig, c.ChunksPerAllocation, c.MaxChunks)
 	case c.MaxChunks < 2:
 		return fmt.Errorf("%w: MaxChunks %d (at least 2)", ErrBadConfig, c.MaxChunks)
-	case c.Policy != Retry && c.Policy != Fail:
+	case c.Policy != Retry && c.Policy != Fail && c.Policy != RetryAsync:
 		return fmt.Errorf("%w: Policy %d", ErrBadConfig, c.Policy)
+	case c.MaxAsyncBytes < 0:
+		return fmt.Errorf("%w: MaxAsyncBytes %d", ErrBadConfig, c.MaxAsyncBytes)
 	}
 	return nil
 }
@@ -97,6 +108,9 @@ func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxAsyncBytes == 0 {
+		cfg.MaxAsyncBytes = 64 << 20
 	}
 	p := &Process{cfg: cfg, log: cfg.Logger, handlers: h, bound: make(chan struct{})}
 	id, err := h.Register("riutils.alloc-chunks", p.allocChunks)
@@ -232,7 +246,7 @@ type Messengers struct {
 	ring  *alloc.LinearCircular // records and feedback words being written
 	fbReg *alloc.Region         // feedback words, one per destination thread
 	stats Stats
-	err   error
+	async *Aggregator // RetryAsync: an ovfl aggregator keeping calls that do not fit
 }
 
 // Stats counts a thread's messenger activity.
@@ -263,7 +277,49 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, inbox: p.inboxes[t], ring: ring, fbReg: fbReg}, nil
+	m := &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, inbox: p.inboxes[t], ring: ring, fbReg: fbReg}
+	if p.cfg.Policy == RetryAsync {
+		m.async = &Aggregator{m: m, cfg: AggregatorConfig{Mode: Ovfl, MaxExceeding: p.cfg.MaxAsyncBytes}, out: map[dsfabric.ThreadID]*aggDst{}}
+	}
+	return m, nil
+}
+
+// Flush sends the calls RetryAsync keeps, waiting (polling this thread's
+// own calls meanwhile) until the destinations have room. Without
+// RetryAsync it does nothing: Messenger calls are written at once.
+func (m *Messengers) Flush() error {
+	if m.async == nil {
+		return nil
+	}
+	for _, d := range m.async.out {
+		for len(d.queue) > 0 {
+			if err := m.drainAsync(); err != nil {
+				return err
+			}
+			if len(d.queue) > 0 && m.Poll() == 0 {
+				time.Sleep(10 * time.Microsecond) // idle wait: the receiver is behind
+			}
+		}
+	}
+	return nil
+}
+
+// drainAsync sends kept calls while their messengers have room.
+func (m *Messengers) drainAsync() error {
+	for dst, d := range m.async.out {
+		if err := m.async.drain(dst, d, Fail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kept returns the bytes of calls RetryAsync keeps locally.
+func (m *Messengers) Kept() int {
+	if m.async == nil {
+		return 0
+	}
+	return m.async.Exceeding()
 }
 
 // ID returns the thread the messengers belong to.

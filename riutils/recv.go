@@ -44,6 +44,11 @@ func (m *Messengers) Poll() int {
 	for _, r := range m.in {
 		n += r.poll()
 	}
+	if m.async != nil {
+		if err := m.drainAsync(); err != nil {
+			m.p.log.Warn("riutils: sending kept calls", "err", err)
+		}
+	}
 	return n
 }
 

@@ -251,3 +251,46 @@ func FuzzRecordParse(f *testing.F) {
 		}
 	})
 }
+
+// TestMessengerRetryAsyncKeepsOrder: with RetryAsync a full messenger keeps
+// calls locally without blocking, within MaxAsyncBytes (ErrFull past it),
+// and delivers them in order once the receiver polls.
+func TestMessengerRetryAsyncKeepsOrder(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 64 << 10}
+	var seq sequence
+	var h dsfabric.HandlerID
+	accepted := make(chan int)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			n := <-accepted
+			for seq.total.Load() < int64(n) {
+				m.Poll()
+			}
+			return m.Err()
+		},
+		func(m *Messengers) error {
+			var args [8]byte
+			i := 0
+			var err error
+			for ; i < 100000; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err = m.Call(0, h, args[:]); err != nil {
+					break
+				}
+			}
+			if !errors.Is(err, ErrFull) || m.Kept() == 0 || m.Kept() > cfg.MaxAsyncBytes {
+				return fmt.Errorf("after %d calls: %v with %d bytes kept; want ErrFull within %d", i, err, m.Kept(), cfg.MaxAsyncBytes)
+			}
+			accepted <- i
+			if err := m.Flush(); err != nil {
+				return err
+			}
+			if m.Kept() != 0 {
+				return fmt.Errorf("%d bytes kept after Flush", m.Kept())
+			}
+			return nil
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
+	}
+}

@@ -100,6 +100,9 @@ func (m *Messengers) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []by
 // CallBuffer is Call with a buffer written side by side with the call (the
 // handler sees it as Call.Buffer).
 func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	if m.async != nil {
+		return m.async.ovfl(dst, h, args, buf)
+	}
 	ok, err := m.call(dst, h, args, buf, m.p.cfg.Policy)
 	if !ok && err == nil {
 		err = fmt.Errorf("%w: thread %d has not consumed %d chunks", ErrFull, dst, m.p.cfg.MaxChunks)
