@@ -57,13 +57,7 @@ func TestAggregatorOvflExceeding(t *testing.T) {
 	var h dsfabric.HandlerID
 	accepted := make(chan int)
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		func(m *Messengers) error {
-			n := <-accepted
-			for seq.total.Load() < int64(n) {
-				m.Poll()
-			}
-			return m.Err()
-		},
+		stalledReceiver(&seq, accepted),
 		func(m *Messengers) error {
 			const maxEx = 32 << 10
 			a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: maxEx})

@@ -22,6 +22,18 @@ func twoThreads(t *testing.T, cfg Config, reg func(*dsfabric.Handlers), receiver
 	})
 }
 
+// stalledReceiver is a receiver body that polls nothing until the sender
+// sends, on accepted, how many calls it made; then it takes them all.
+func stalledReceiver(seq *sequence, accepted <-chan int) func(m *Messengers) error {
+	return func(m *Messengers) error {
+		n := <-accepted
+		for seq.total.Load() < int64(n) {
+			m.Poll()
+		}
+		return m.Err()
+	}
+}
+
 // ringsSymmetric checks that the sender's handles and the receiver's chunks
 // name the same memory in the same order.
 func ringsSymmetric(s *sender, r *receiver) error {
@@ -261,13 +273,7 @@ func TestMessengerRetryAsyncKeepsOrder(t *testing.T) {
 	var h dsfabric.HandlerID
 	accepted := make(chan int)
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		func(m *Messengers) error {
-			n := <-accepted
-			for seq.total.Load() < int64(n) {
-				m.Poll()
-			}
-			return m.Err()
-		},
+		stalledReceiver(&seq, accepted),
 		func(m *Messengers) error {
 			var args [8]byte
 			i := 0
