@@ -118,11 +118,14 @@ func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
 		return nil, err
 	}
 	p.allocID = id
-	// Reserve the batch handler's name so no user handler takes its ID.
-	if _, err := h.Register(batchHandlerName, func(*dsfabric.Call, []byte) ([]byte, error) {
-		return nil, fmt.Errorf("%w: a batch is not a call", ErrProtocol)
-	}); err != nil {
-		return nil, err
+	// Reserve the names of the records the receiver handles itself, so no
+	// user handler takes their IDs.
+	for _, name := range []string{batchHandlerName, returnHandlerName} {
+		if _, err := h.Register(name, func(*dsfabric.Call, []byte) ([]byte, error) {
+			return nil, fmt.Errorf("%w: a riutils record, not a call", ErrProtocol)
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -237,16 +240,17 @@ func (in *incoming) take() [][]byte {
 // and the receiving side for every thread that sends to it. It belongs to
 // that thread: no two goroutines may use one at once.
 type Messengers struct {
-	p     *Process
-	f     *dsfabric.Fabric
-	self  dsfabric.ThreadID
-	out   map[dsfabric.ThreadID]*sender
-	in    []*receiver
-	inbox *inbox
-	ring  *alloc.LinearCircular // records and feedback words being written
-	fbReg *alloc.Region         // feedback words, one per destination thread
-	stats Stats
-	async *Aggregator // RetryAsync: an ovfl aggregator keeping calls that do not fit
+	p       *Process
+	f       *dsfabric.Fabric
+	self    dsfabric.ThreadID
+	out     map[dsfabric.ThreadID]*sender
+	in      []*receiver
+	inbox   *inbox
+	ring    *alloc.LinearCircular // records and feedback words being written
+	fbReg   *alloc.Region         // feedback words, one per destination thread
+	stats   Stats
+	async   *Aggregator // RetryAsync: an ovfl aggregator keeping calls that do not fit
+	scratch []byte      // CallReturn's argument buffer, reused
 }
 
 // Stats counts a thread's messenger activity.

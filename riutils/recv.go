@@ -125,31 +125,37 @@ func (r *receiver) dispatch(rec record) error {
 			if err != nil {
 				return err
 			}
-			r.run(h, rec.src, args, buf)
+			if _, err := r.run(h, rec.src, args, buf); err != nil {
+				r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
+			}
 			b = b[size:]
 		}
 		return nil
 	}
-	r.run(rec.handler, rec.src, rec.args, rec.buf)
+	if rec.handler == returnHandler {
+		return r.answer(rec.args)
+	}
+	if _, err := r.run(rec.handler, rec.src, rec.args, rec.buf); err != nil {
+		r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(rec.handler)), "err", err)
+	}
 	return nil
 }
 
-func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) {
+// run runs handler h for src and returns its result and error.
+func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) ([]byte, error) {
 	m := r.m
 	fn, ok := m.p.handlers.Lookup(h)
 	m.stats.Received++
 	if !ok {
 		m.stats.UnknownHandlers++
 		m.p.log.Warn("riutils: call to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)))
-		return
+		return nil, fmt.Errorf("%w %#08x", dsfabric.ErrUnknownHandler, uint32(h))
 	}
 	r.call = dsfabric.Call{Fabric: m.f, Src: src, Dst: m.self, Buffer: buf}
 	if len(buf) == 0 {
 		r.call.Buffer = nil
 	}
-	if _, err := fn(&r.call, args); err != nil {
-		m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
-	}
+	return fn(&r.call, args)
 }
 
 // finish zeroes the consumed chunk, tells the sender (pushed feedback: the

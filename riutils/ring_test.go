@@ -300,3 +300,24 @@ func TestMessengerRetryAsyncKeepsOrder(t *testing.T) {
 		t.Fatal("calls out of order")
 	}
 }
+
+// TestSealSeparatesNeighbours: headers or sequence numbers that differ in
+// one bit (consecutive sequence numbers, neighbouring threads) never share a
+// seal. A weaker mix once lost bit 0 and let a stale reply pass for a new one.
+func TestSealSeparatesNeighbours(t *testing.T) {
+	seen := map[uint64][2]uint64{}
+	for h0 := uint64(0); h0 < 64; h0++ {
+		for h1 := uint64(0); h1 < 1024; h1++ {
+			s := sealOf(h0, h1)
+			if p, dup := seen[s]; dup {
+				t.Fatalf("sealOf(%d,%d) == sealOf(%d,%d)", h0, h1, p[0], p[1])
+			}
+			seen[s] = [2]uint64{h0, h1}
+			for b := 0; b < 64; b++ {
+				if sealOf(h0^1<<b, h1) == s || sealOf(h0, h1^1<<b) == s {
+					t.Fatalf("flipping bit %d of (%d,%d) keeps the seal", b, h0, h1)
+				}
+			}
+		}
+	}
+}

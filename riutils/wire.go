@@ -3,6 +3,7 @@ package riutils
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -52,8 +53,15 @@ const (
 // recordSize is the bytes a record with n payload bytes takes.
 func recordSize(n int) int { return recordHeader + (n+7)&^7 + recordSeal }
 
+// sealOf mixes two words so that every input bit affects every output bit
+// (splitmix64's finalizer): records or replies that differ in any bit of
+// their header never share a seal, except by a 2^-63 chance. Never 0.
 func sealOf(h0, h1 uint64) uint64 {
-	x := h0*0x9e3779b97f4a7c15 ^ (h1 + 0xd6e8feb86659fd93)
+	x := h0 ^ bits.RotateLeft64(h1*0x9e3779b97f4a7c15, 29)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x | 1
 }
@@ -180,3 +188,27 @@ func nextInner(b []byte) (h dsfabric.HandlerID, args, buf []byte, size int, err 
 	d := b[innerHeader : innerHeader+na+nb : innerHeader+na+nb]
 	return dsfabric.HandlerID(binary.LittleEndian.Uint32(b)), d[:na], d[na:], size, nil
 }
+
+// Call-and-return. The call is a record for returnHandler whose arguments are
+//
+//	0  u32 handler ID   4 u32 reserved (0)   8 u64 sequence
+//	16 alloc.Locator of the caller's reply slot (32 bytes)
+//	48 the call's own arguments
+//
+// and the callee answers with one write into the reply slot:
+//
+//	0  u32 result bytes   4 u32 status (0 ok, 1 error: the bytes are its message)
+//	8  result, zero-padded to a multiple of 8
+//	.. u64 seal = sealOf(first word, sequence)
+//
+// The seal mixes the header with the sequence, so neither a stale reply nor
+// a half-written one ever looks complete.
+const (
+	returnHandlerName = "riutils.return"
+	returnHeader      = 48
+	replyHeader       = 8
+)
+
+var returnHandler = dsfabric.IDOf(returnHandlerName)
+
+func replySize(n int) int { return replyHeader + (n+7)&^7 + recordSeal }
