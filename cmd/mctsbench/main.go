@@ -22,10 +22,9 @@ import (
 
 // pending names, for each subcommand not built yet, what it waits for.
 var pending = map[string]string{
-	"demo":    "the distributed MCTS Hex demo (self-launched processes over shared memory); it needs dsfabric, riutils, mcts and hex",
-	"latency": "call-and-return round-trip latency; it needs riutils",
-	"htp":     "the Hex engine speaking HTP on stdin/stdout; it needs hex and mcts",
-	"scale":   "the scaling figure (the paper's Fig. 3); it needs mcts",
+	"demo":  "the distributed MCTS Hex demo (self-launched processes over shared memory); it needs dsfabric, riutils, mcts and hex",
+	"htp":   "the Hex engine speaking HTP on stdin/stdout; it needs hex and mcts",
+	"scale": "the scaling figure (the paper's Fig. 3); it needs mcts",
 }
 
 func usage(w io.Writer) {
@@ -40,6 +39,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "micro":
 		return micro(args[1:], stdin, stdout, stderr)
+	case "latency":
+		return latency(args[1:], stdout, stderr)
 	}
 	what, ok := pending[args[0]]
 	if !ok {

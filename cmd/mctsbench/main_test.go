@@ -24,6 +24,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// microArgsEnv carries the mctsbench command (micro or latency) a
+// self-launched test rank must run.
 const microArgsEnv = "SERIEMA_TEST_MICRO_ARGS"
 
 // TestMicroSendUnderMpirun: the send benchmark as two ranks of mpirun.
@@ -152,5 +154,30 @@ func runMicro(t *testing.T, args []string, mode, tr string, want int) {
 		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != mode || r.Transport != tr || r.CallsPerS <= 0 {
 			t.Fatalf("bad result %q: %v", l, err)
 		}
+	}
+}
+
+// TestLatencySmoke runs the latency command for real with a tiny N and
+// checks its JSON schema (p50 ≤ p99 ≤ p99.9, all positive).
+func TestLatencySmoke(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			args := []string{"latency", "-size", "8", "-n", "300", "-transport", tr, "-json"}
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			var out, errb bytes.Buffer
+			if code := run(args, nil, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			var r map[string]any
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				t.Fatalf("%q: %v", out.String(), err)
+			}
+			p50, _ := r["p50_ns"].(float64)
+			p99, _ := r["p99_ns"].(float64)
+			p999, _ := r["p999_ns"].(float64)
+			if r["mode"] != "call_return" || r["transport"] != tr || p50 <= 0 || p50 > p99 || p99 > p999 {
+				t.Fatalf("bad latency result %s", out.String())
+			}
+		})
 	}
 }
