@@ -58,11 +58,19 @@
 // messenger with ErrProtocol (Messengers.Err); the others go on. A call
 // larger than a chunk fails with ErrTooLarge before anything is written.
 //
+// # Call and return, shutdown
+//
+// CallReturn writes the call one-sided and has the callee write the result
+// into a RemoteObject (a reply slot in the caller's registered memory) with
+// one one-sided write; the caller waits on the slot. Shutdown ends a
+// messenger from the sender's side after its last call; RequestShutdown asks
+// from the receiver's side, and the sender's next call completes the
+// handshake and fails with ErrClosed.
+//
 // Not built yet (see the open issue): one-sided CallBuffer variants other
-// than the side-by-side buffer, CallReturn into a RemoteObject, broadcasts,
-// Synchronizer notifications, a process-level poller, the shutdown
-// handshake; RetryAsync drains on the calling thread rather than in a
-// helper goroutine.
+// than the side-by-side buffer, broadcasts, Synchronizer notifications over
+// one-sided writes, a process-level poller; RetryAsync drains on the calling
+// thread rather than in a helper goroutine.
 //
 // Byte formats are in wire.go and docs/wire.md.
 package riutils

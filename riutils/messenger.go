@@ -249,8 +249,9 @@ type Messengers struct {
 	ring    *alloc.LinearCircular // records and feedback words being written
 	fbReg   *alloc.Region         // feedback words, one per destination thread
 	stats   Stats
-	async   *Aggregator // RetryAsync: an ovfl aggregator keeping calls that do not fit
-	scratch []byte      // CallReturn's argument buffer, reused
+	closed  map[dsfabric.ThreadID]error // destinations that closed their messenger
+	async   *Aggregator                 // RetryAsync: an ovfl aggregator keeping calls that do not fit
+	scratch []byte                      // CallReturn's argument buffer, reused
 }
 
 // Stats counts a thread's messenger activity.
@@ -281,7 +282,8 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, inbox: p.inboxes[t], ring: ring, fbReg: fbReg}
+	m := &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, closed: map[dsfabric.ThreadID]error{},
+		inbox: p.inboxes[t], ring: ring, fbReg: fbReg}
 	if p.cfg.Policy == RetryAsync {
 		m.async = &Aggregator{m: m, cfg: AggregatorConfig{Mode: Ovfl, MaxExceeding: p.cfg.MaxAsyncBytes}, out: map[dsfabric.ThreadID]*aggDst{}}
 	}

@@ -21,6 +21,8 @@ type receiver struct {
 	tx       *dtutils.Transmitter
 	fbLoc    alloc.Locator
 	err      error // protocol error: this messenger is stopped
+	done     bool  // shut down: dropped at the next Poll
+	request  uint64
 	call     dsfabric.Call
 }
 
@@ -41,9 +43,15 @@ func (m *Messengers) Poll() int {
 		})
 	}
 	n := 0
+	live := m.in[:0]
 	for _, r := range m.in {
 		n += r.poll()
+		if !r.done {
+			live = append(live, r)
+		}
 	}
+	clear(m.in[len(live):])
+	m.in = live
 	if m.async != nil {
 		if err := m.drainAsync(); err != nil {
 			m.p.log.Warn("riutils: sending kept calls", "err", err)
@@ -105,6 +113,12 @@ func (r *receiver) poll() int {
 			return n
 		}
 		pw := word(c, offProducer).Load()
+		if pw&prodShutdown != 0 && int(pw&prodOffsetMax) == r.pos {
+			if err := r.shutdown(); err != nil {
+				r.stop(err)
+			}
+			return n
+		}
 		if pw&prodRotate == 0 || int(pw&prodOffsetMax) != r.pos {
 			if pw&prodRotate != 0 && int(pw&prodOffsetMax) < r.pos {
 				r.stop(fmt.Errorf("%w: chunk finished at %d, records read to %d", ErrProtocol, pw&prodOffsetMax, r.pos))
@@ -167,12 +181,7 @@ func (r *receiver) finish(pw uint64) error {
 	word(c, offProducer).Store(0)
 	word(c, offConsumer).Store(uint64(r.pos))
 	r.consumed++
-	mem, err := r.m.alloc(r.tx, 8)
-	if err != nil {
-		return err
-	}
-	binary.LittleEndian.PutUint64(mem.Bytes(), r.consumed)
-	if err := r.tx.Write(mem, r.fbLoc); err != nil {
+	if err := r.feedback(r.consumed | r.request); err != nil {
 		return err
 	}
 	if pw&prodGrow != 0 {
@@ -185,4 +194,36 @@ func (r *receiver) finish(pw uint64) error {
 	r.cur = (r.cur + 1) % len(r.chunks)
 	r.pos = recordsStart
 	return nil
+}
+
+// feedback writes v into the sender's feedback word.
+func (r *receiver) feedback(v uint64) error {
+	mem, err := r.m.alloc(r.tx, 8)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(mem.Bytes(), v)
+	return r.tx.Write(mem, r.fbLoc)
+}
+
+// shutdown ends this messenger after the sender's last record: the inbox
+// forgets the sender (a later call sets up a new messenger), then the sender
+// gets its acknowledgement. The chunks are not returned to the zone.
+func (r *receiver) shutdown() error {
+	r.m.inbox.senders.Delete(r.src)
+	r.done = true
+	return r.feedback(r.consumed | r.request | fbAck)
+}
+
+// RequestShutdown asks thread src to shut its messenger to this thread
+// down: its next call to this thread completes the handshake and fails with
+// ErrClosed, as do later ones.
+func (m *Messengers) RequestShutdown(src dsfabric.ThreadID) error {
+	for _, r := range m.in {
+		if r.src == src && !r.done {
+			r.request = fbRequest
+			return r.feedback(r.consumed | fbRequest)
+		}
+	}
+	return fmt.Errorf("riutils: no messenger from thread %d to thread %d", src, m.self)
 }

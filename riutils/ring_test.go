@@ -1,6 +1,7 @@
 package riutils
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -319,5 +320,89 @@ func TestSealSeparatesNeighbours(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestShutdownHandshake (DESIGN §6): from the sender's side, every call
+// written before Shutdown runs, the handshake completes and a later call
+// opens a new messenger; from the receiver's side, the sender's next call
+// completes the handshake and fails with ErrClosed, as do later ones.
+func TestShutdownHandshake(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 4, Policy: Retry}
+	var seq sequence
+	var h dsfabric.HandlerID
+	phase := make(chan int)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			requested, ended := false, false
+			for !ended || len(m.in) > 0 {
+				select {
+				case n, ok := <-phase:
+					if !ok {
+						ended, phase = true, nil
+					} else if n == 1500 {
+						for seq.total.Load() < int64(n) {
+							m.Poll()
+						}
+						requested = true // ask the sender to close
+						if err := m.RequestShutdown(1); err != nil {
+							return err
+						}
+					}
+				default:
+				}
+				m.Poll()
+			}
+			if !requested {
+				return errors.New("never reached the second phase")
+			}
+			return m.Err()
+		},
+		func(m *Messengers) error {
+			ctx := context.Background()
+			var args [8]byte
+			send := func(i int) error {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				return m.Call(0, h, args[:])
+			}
+			for i := 0; i < 1000; i++ {
+				if err := send(i); err != nil {
+					return err
+				}
+			}
+			if err := m.Shutdown(ctx, 0); err != nil {
+				return err
+			}
+			if seq.total.Load() != 1000 || len(m.out) != 0 {
+				return fmt.Errorf("after Shutdown: %d calls ran, %d messengers open", seq.total.Load(), len(m.out))
+			}
+			for i := 1000; i < 1500; i++ { // a new messenger; numbering goes on
+				if err := send(i); err != nil {
+					return err
+				}
+			}
+			phase <- 1500
+			var err error
+			i := 1500
+			for ; i < 1_000_000; i++ {
+				if err = send(i); err != nil {
+					break
+				}
+				m.Poll()
+			}
+			close(phase)
+			if !errors.Is(err, ErrClosed) {
+				return fmt.Errorf("after the receiver's request: %v, want ErrClosed", err)
+			}
+			if err := send(i + 1); !errors.Is(err, ErrClosed) {
+				return fmt.Errorf("a later call: %v, want ErrClosed", err)
+			}
+			if int(seq.total.Load()) != i {
+				return fmt.Errorf("%d calls ran, want %d (all before ErrClosed)", seq.total.Load(), i)
+			}
+			return nil
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
 	}
 }

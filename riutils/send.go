@@ -88,7 +88,7 @@ func (s *sender) allocate(k int) ([]alloc.Locator, error) {
 
 // free reports whether slot j may be filled: never used, or the receiver
 // has consumed the fill that last used it.
-func (s *sender) free(j int) bool { return s.lastUse[j] == 0 || s.fb.Load() >= s.lastUse[j] }
+func (s *sender) free(j int) bool { return s.lastUse[j] == 0 || s.fb.Load()&fbCount >= s.lastUse[j] }
 
 // Call runs handler h with args on thread dst, one-sided: the call is
 // written straight into dst's memory. It returns once written (queued on
@@ -100,6 +100,17 @@ func (m *Messengers) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []by
 // CallBuffer is Call with a buffer written side by side with the call (the
 // handler sees it as Call.Buffer).
 func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	if err := m.closed[dst]; err != nil {
+		return err
+	}
+	if s, ok := m.out[dst]; ok && s.fb.Load()&fbRequest != 0 {
+		// The receiver asked to close: finish the handshake, refuse the call.
+		if err := m.Shutdown(context.Background(), dst); err != nil {
+			return err
+		}
+		m.closed[dst] = fmt.Errorf("%w: thread %d closed its messenger from thread %d", ErrClosed, dst, m.self)
+		return m.closed[dst]
+	}
 	if m.async != nil {
 		return m.async.ovfl(dst, h, args, buf)
 	}
@@ -208,5 +219,47 @@ func (s *sender) rotate(policy Policy) error {
 	s.seq++
 	s.cur, s.pos = next, recordsStart
 	s.m.stats.Rotations++
+	return nil
+}
+
+// Shutdown ends the messenger to dst: it tells the receiver, after the calls
+// already written, and waits (running this thread's own calls meanwhile)
+// until the receiver has run them and acknowledged. A later call to dst
+// sets up a new messenger. Calls kept by RetryAsync or an Aggregator must be
+// flushed first.
+func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error {
+	s, ok := m.out[dst]
+	if !ok {
+		return nil
+	}
+	if m.async != nil {
+		if d, ok := m.async.out[dst]; ok && len(d.queue) > 0 {
+			return fmt.Errorf("riutils: %d bytes kept for thread %d: Flush before Shutdown", d.queued, dst)
+		}
+	}
+	mem, err := m.alloc(s.tx, 8)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(mem.Bytes(), uint64(s.pos)|prodShutdown)
+	loc, _ := s.chunks[s.cur].Sub(offProducer, 8)
+	if err := s.tx.Write(mem, loc); err != nil {
+		return err
+	}
+	var b dtutils.Backoff
+	for s.fb.Load()&fbAck == 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := m.f.Transmitter(s.rank); err != nil {
+			return err
+		}
+		if m.Poll() > 0 {
+			b.Reset()
+		} else {
+			b.Wait()
+		}
+	}
+	delete(m.out, dst)
 	return nil
 }

@@ -34,6 +34,17 @@ const (
 	prodOffsetMax = 1<<48 - 1
 )
 
+// The sender's feedback word (written only by the receiver):
+//
+//	bits 0–61  chunks the receiver has finished
+//	bit 62     the receiver asks the sender to shut the messenger down
+//	bit 63     the receiver acknowledges a shutdown
+const (
+	fbCount   = 1<<62 - 1
+	fbRequest = 1 << 62
+	fbAck     = 1 << 63
+)
+
 // Record layout:
 //
 //	0   u32 payload bytes (arguments + buffer)
