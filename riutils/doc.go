@@ -67,10 +67,13 @@
 // from the receiver's side, and the sender's next call completes the
 // handshake and fails with ErrClosed.
 //
+// Broadcast and BroadcastBuffer make one one-sided call to every worker
+// thread of the job.
+//
 // Not built yet (see the open issue): one-sided CallBuffer variants other
-// than the side-by-side buffer, broadcasts, Synchronizer notifications over
-// one-sided writes, a process-level poller; RetryAsync drains on the calling
-// thread rather than in a helper goroutine.
+// than the side-by-side buffer, Synchronizer notifications over one-sided
+// writes, a process-level poller; RetryAsync drains on the calling thread
+// rather than in a helper goroutine.
 //
 // Byte formats are in wire.go and docs/wire.md.
 package riutils

@@ -64,3 +64,37 @@ func TestCallReturnRemoteObject(t *testing.T) {
 		})
 	}
 }
+
+// TestBroadcastOneSided: every thread of a 2×2 job broadcasts once; every
+// thread runs each broadcast exactly once, with its buffer.
+func TestBroadcastOneSided(t *testing.T) {
+	var hB dsfabric.HandlerID
+	var got [4]atomic.Int64 // by local thread rank × source thread
+	var bad atomic.Int64
+	job(t, 2, 2, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
+		hB, _ = hs.Register("bcast", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if string(c.Buffer) != "buf" || len(a) != 1 || a[0] != byte(c.Src) {
+				bad.Add(1)
+			}
+			got[c.Fabric.Names().ThreadRank(c.Dst)].Add(1)
+			return nil, nil
+		})
+	}, func(m *Messengers) error {
+		if err := m.BroadcastBuffer(hB, []byte{byte(m.ID())}, []byte("buf")); err != nil {
+			return err
+		}
+		me := m.f.Names().ThreadRank(m.ID())
+		deadline := time.Now().Add(30 * time.Second)
+		for got[me].Load() < 4 && time.Now().Before(deadline) {
+			m.Poll()
+		}
+		if n := got[me].Load(); n != 4 || bad.Load() != 0 {
+			return fmt.Errorf("thread %d ran %d broadcasts (%d malformed), want 4", m.ID(), n, bad.Load())
+		}
+		// Keep serving: other threads may still be waiting for our writes' turn.
+		for i := 0; i < 1000; i++ {
+			m.Poll()
+		}
+		return m.Err()
+	})
+}

@@ -263,3 +263,20 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 	delete(m.out, dst)
 	return nil
 }
+
+// Broadcast runs h with args on every worker thread of the job, this one
+// included, with one one-sided call each (cheap enough not to need the
+// send-based tree).
+func (m *Messengers) Broadcast(h dsfabric.HandlerID, args []byte) error {
+	return m.BroadcastBuffer(h, args, nil)
+}
+
+// BroadcastBuffer is Broadcast with a buffer side by side.
+func (m *Messengers) BroadcastBuffer(h dsfabric.HandlerID, args, buf []byte) error {
+	for t := 0; t < m.f.Names().Threads(); t++ {
+		if err := m.CallBuffer(dsfabric.ThreadID(t), h, args, buf); err != nil {
+			return fmt.Errorf("riutils: broadcast to thread %d: %w", t, err)
+		}
+	}
+	return nil
+}
