@@ -186,9 +186,7 @@ func (f *Fabric) spawn() error {
 			defer f.childWG.Done()
 			if err := cmd.Wait(); err != nil {
 				f.childErr[r] = fmt.Errorf("rank %d (pid %d) %v", r, cmd.Process.Pid, err)
-				if !f.closing.Load() || err != nil {
-					f.markDead(r, "process "+err.Error())
-				}
+				f.markDead(r, "process "+err.Error()) // logs only when not closing
 			}
 		}(r, cmd)
 	}

@@ -113,7 +113,6 @@ func TestMessengerRetryResumes(t *testing.T) {
 	var seq sequence
 	var h dsfabric.HandlerID
 	const n = 20000
-	var snd *Messengers
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
 			time.Sleep(200 * time.Millisecond) // the sender fills up and waits
@@ -123,7 +122,6 @@ func TestMessengerRetryResumes(t *testing.T) {
 			return m.Err()
 		},
 		func(m *Messengers) error {
-			snd = m
 			var args [8]byte
 			t0 := time.Now()
 			for i := 0; i < n; i++ {
@@ -143,7 +141,6 @@ func TestMessengerRetryResumes(t *testing.T) {
 	if seq.bad.Load() != 0 {
 		t.Fatal("calls out of order")
 	}
-	_ = snd
 }
 
 // TestMessengerExactChunkEnd: records that end exactly at a chunk's end,

@@ -218,7 +218,6 @@ func runRaw(spec rawSpec) ([]Result, error) {
 			slots := rawRingBytes / size
 			quarter := max(1, slots/4)
 			var start time.Time
-			var sum uint64
 			for i := 0; i < spec.n; i++ {
 				if i == spec.warmup() {
 					start = time.Now()
@@ -229,7 +228,10 @@ func runRaw(spec rawSpec) ([]Result, error) {
 				for w.Load() != seal(run, i) {
 					b.Wait()
 				}
-				sum += binary.LittleEndian.Uint64(e.region.Bytes()[off:]) // read the payload
+				// Read the payload: its first word is the record's number.
+				if p := binary.LittleEndian.Uint64(e.region.Bytes()[off:]); size >= 16 && p != uint64(i) {
+					return nil, fmt.Errorf("raw: record %d of run %d carries payload %d", i, run, p)
+				}
 				if (i+1)%quarter == 0 || i == spec.n-1 {
 					// fbMem may still be in flight from the last push: the
 					// Transmitter copies or applies it in order, so reuse is
@@ -245,7 +247,6 @@ func runRaw(spec rawSpec) ([]Result, error) {
 			}
 			el := time.Since(start)
 			rates = append(rates, float64(spec.n-spec.warmup())/el.Seconds())
-			_ = sum
 		}
 		results = append(results, newResult("raw", spec.transport, size, spec.n, rates))
 	}
