@@ -100,10 +100,19 @@ func (m *Messengers) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []by
 // CallBuffer is Call with a buffer written side by side with the call (the
 // handler sees it as Call.Buffer).
 func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
-	if err := m.closed[dst]; err != nil {
+	if len(m.closed) != 0 {
+		if err := m.closed[dst]; err != nil {
+			return err
+		}
+	}
+	if err := m.checkSize(len(args) + len(buf)); err != nil {
+		return err // before any setup: nothing is allocated for it
+	}
+	s, err := m.sender(dst) // the one map lookup of the hot path
+	if err != nil {
 		return err
 	}
-	if s, ok := m.out[dst]; ok && s.fb.Load()&fbRequest != 0 {
+	if s.fb.Load()&fbRequest != 0 {
 		// The receiver asked to close: finish the handshake, refuse the call.
 		if err := m.Shutdown(context.Background(), dst); err != nil {
 			return err
@@ -114,7 +123,7 @@ func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 	if m.async != nil {
 		return m.async.ovfl(dst, h, args, buf)
 	}
-	ok, err := m.call(dst, h, args, buf, m.p.cfg.Policy)
+	ok, err := m.callTo(s, h, args, buf, m.p.cfg.Policy)
 	if !ok && err == nil {
 		err = fmt.Errorf("%w: thread %d has not consumed %d chunks", ErrFull, dst, m.p.cfg.MaxChunks)
 	}
@@ -124,14 +133,27 @@ func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 // call builds the record in registered memory and writes it; with policy
 // Fail a full messenger reports (false, nil) and writes nothing.
 func (m *Messengers) call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte, policy Policy) (bool, error) {
-	n := len(args) + len(buf)
-	if n > m.p.cfg.MaxPayload() {
-		return false, fmt.Errorf("%w: %d bytes of arguments and buffer, at most %d in %d-byte chunks", ErrTooLarge, n, m.p.cfg.MaxPayload(), m.p.cfg.ChunkSize)
+	if err := m.checkSize(len(args) + len(buf)); err != nil {
+		return false, err
 	}
 	s, err := m.sender(dst)
 	if err != nil {
 		return false, err
 	}
+	return m.callTo(s, h, args, buf, policy)
+}
+
+// checkSize refuses a call that no chunk can hold.
+func (m *Messengers) checkSize(n int) error {
+	if n > m.p.cfg.MaxPayload() {
+		return fmt.Errorf("%w: %d bytes of arguments and buffer, at most %d in %d-byte chunks", ErrTooLarge, n, m.p.cfg.MaxPayload(), m.p.cfg.ChunkSize)
+	}
+	return nil
+}
+
+// callTo is call once the sender is known; the size was checked.
+func (m *Messengers) callTo(s *sender, h dsfabric.HandlerID, args, buf []byte, policy Policy) (bool, error) {
+	n := len(args) + len(buf)
 	if ok, err := s.reserve(recordSize(n), policy); !ok || err != nil {
 		return ok, err
 	}
