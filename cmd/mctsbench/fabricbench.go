@@ -134,18 +134,11 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 			}
 		}
 	}
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
-		Procs: procs, Handlers: h, Transport: spec.transport, Worker: worker,
-		Stdout: stderr, // ranks other than 0 print nothing on stdout
-	})
+	f, err := startBound(procs, spec.transport, h, ri, worker, ready, stderr)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if err := ri.Bind(f); err != nil {
-		return nil, err
-	}
-	close(ready)
 	ctx := context.Background()
 	var results []Result
 	for _, mode := range modes {
@@ -196,4 +189,21 @@ func transportName(t string) string {
 		return "shm"
 	}
 	return t
+}
+
+// startBound starts a job whose workers wait on ready, binds ri to it and
+// releases the workers. Ranks other than 0 print to stderr, not stdout.
+func startBound(procs int, transport string, h *dsfabric.Handlers, ri *riutils.Process, worker func(*dsfabric.Worker), ready chan struct{}, stderr io.Writer) (*dsfabric.Fabric, error) {
+	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+		Procs: procs, Handlers: h, Transport: transport, Worker: worker, Stdout: stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := ri.Bind(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	close(ready)
+	return f, nil
 }

@@ -123,17 +123,11 @@ func runLatency(size, n int, transport string, stderr io.Writer) (*LatencyResult
 		}
 		failed <- err
 	}
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
-		Procs: 2, Handlers: h, Transport: transport, Worker: worker, Stdout: stderr,
-	})
+	f, err := startBound(2, transport, h, ri, worker, ready, stderr)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if err := ri.Bind(f); err != nil {
-		return nil, err
-	}
-	close(ready)
 	select {
 	case r := <-result:
 		return r, nil
