@@ -1,0 +1,103 @@
+package mcts
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seriema-go/seriema/riutils"
+)
+
+// Config configures a search, sequential or distributed. DefaultConfig fills
+// it; VerifyConfig checks it.
+type Config struct {
+	// Budget is the number of rollouts (tree visits) per move: a phase ends
+	// when that many have been backpropagated to the root. Default 20000.
+	Budget int
+	// Playouts is the number of random playouts per evaluated leaf (the
+	// paper's 16). A "simulation" is one playout. Default 16.
+	Playouts int
+	// C is the exploration constant of UCB: a child's score is
+	// wins/visits + C·sqrt(ln(parent visits)/visits). Default 1.0.
+	C float64
+	// Seed seeds every random choice (each thread derives its own stream);
+	// 0 picks one from the clock.
+	Seed uint64
+
+	// The fields below apply to the distributed search only.
+
+	// Mode is the Aggregator mode of every worker thread: riutils.Trad or
+	// riutils.Ovfl. Default Trad.
+	Mode riutils.Mode
+	// NoShortcut sends every node operation as a call through the
+	// Aggregators, even to a node of the same process (the paper's
+	// "only remote calls" setting); by default a thread works on a node
+	// of its own process directly.
+	NoShortcut bool
+	// InFlight bounds the rollouts under way at once in a phase (started,
+	// not yet backpropagated to the root): more keeps more threads busy,
+	// fewer keeps the search closer to sequential. Default 4 per worker
+	// thread of the job.
+	InFlight int
+	// Progress, if set, is called on the root's thread (rank 0) about every
+	// ProgressEvery during a phase with the rollouts done so far.
+	Progress func(done, budget int)
+	// ProgressEvery is the interval between Progress calls. Default 250 ms.
+	ProgressEvery time.Duration
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{Budget: 20000, Playouts: 16, C: 1.0, Mode: riutils.Trad, ProgressEvery: 250 * time.Millisecond}
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("mcts: invalid configuration")
+
+// VerifyConfig reports the first invalid field.
+func (c Config) VerifyConfig() error {
+	switch {
+	case c.Budget < 1:
+		return fmt.Errorf("%w: Budget %d (want ≥ 1)", ErrConfig, c.Budget)
+	case c.Playouts < 1 || c.Playouts > 1<<16:
+		return fmt.Errorf("%w: Playouts %d (want 1…65536)", ErrConfig, c.Playouts)
+	case c.C < 0:
+		return fmt.Errorf("%w: C %v (want ≥ 0)", ErrConfig, c.C)
+	case c.Mode != riutils.Trad && c.Mode != riutils.Ovfl:
+		return fmt.Errorf("%w: Mode %d", ErrConfig, c.Mode)
+	case c.InFlight < 0:
+		return fmt.Errorf("%w: InFlight %d", ErrConfig, c.InFlight)
+	}
+	return nil
+}
+
+// Result is the outcome of one move's search.
+type Result struct {
+	// Move is the most visited child of the root; MoveName writes it.
+	Move     Move
+	MoveName string
+	// Rollouts is the number of rollouts backpropagated to the root (the
+	// budget); Simulations the playouts behind them (Rollouts × Playouts).
+	Rollouts, Simulations int
+	// Elapsed is the search's wall time.
+	Elapsed time.Duration
+	// Children are the root's children, in the order they were expanded.
+	Children []Child
+}
+
+// Child is one child of the root after a search.
+type Child struct {
+	Move Move
+	// Visits counts rollouts through the child; WinRate is the share of
+	// their playouts won by the player to move at the root.
+	Visits  int
+	WinRate float64
+}
+
+// VisitsPerMs and SimulationsPerMs are the search's global rates.
+func (r Result) VisitsPerMs() float64 { return float64(r.Rollouts) / ms(r.Elapsed) }
+
+// SimulationsPerMs is the number of playouts per millisecond.
+func (r Result) SimulationsPerMs() float64 { return float64(r.Simulations) / ms(r.Elapsed) }
+
+func ms(d time.Duration) float64 { return max(float64(d)/float64(time.Millisecond), 1e-9) }

@@ -1,0 +1,637 @@
+package mcts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
+	"github.com/seriema-go/seriema/riutils"
+)
+
+// Stats counts one worker thread's work over a job.
+type Stats struct {
+	Thread dsfabric.ThreadID
+	// Playouts run, leaves evaluated, nodes created here, rollouts started
+	// here, and calls received through the thread's messengers.
+	Playouts, Leaves, Nodes, Rollouts, Calls uint64
+}
+
+const numStats = 5
+
+func (s *Stats) words() [numStats]uint64 {
+	return [numStats]uint64{s.Playouts, s.Leaves, s.Nodes, s.Rollouts, s.Calls}
+}
+
+func statsOf(t uint32, w [numStats]uint64) Stats {
+	return Stats{Thread: dsfabric.ThreadID(t), Playouts: w[0], Leaves: w[1], Nodes: w[2], Rollouts: w[3], Calls: w[4]}
+}
+
+// ErrClosed is returned by Search after Close.
+var ErrClosed = errors.New("mcts: search closed")
+
+// Distributed is the tree-parallel search of DESIGN §7 over a job of
+// processes. Every rank calls Start with the same arguments; rank 0 then
+// calls Search for each move and Close at the end, the others call Serve,
+// which returns once rank 0 has closed, then Close.
+type Distributed struct {
+	cfg     Config
+	game    Game
+	f       *dsfabric.Fabric
+	ri      *riutils.Process
+	log     *slog.Logger
+	ids     [numKinds]dsfabric.HandlerID
+	threads int // per process
+	all     int // in the job
+	base    dsfabric.ThreadID
+	workers []*worker
+	ready   chan struct{}
+	exited  sync.WaitGroup
+
+	phase    atomic.Pointer[phase]
+	requests chan request // rank 0: to thread 0
+	errOnce  sync.Once
+	err      atomic.Pointer[error]
+	failed   chan struct{}
+	stats    chan []Stats
+	closed   atomic.Bool
+}
+
+// phase is one move's search, in the root's process.
+type phase struct {
+	epoch     uint32
+	budget    int64
+	inFlight  int64
+	root      ref
+	started   atomic.Int64
+	completed atomic.Int64
+	begun     time.Time
+	reply     chan Result
+}
+
+type request struct {
+	state State
+	reply chan Result
+	stop  bool
+}
+
+// arena holds the nodes a thread owns in the current epoch.
+type arena struct {
+	mu    sync.Mutex
+	epoch uint32
+	nodes []*node
+}
+
+// worker is one worker thread's side of the search.
+type worker struct {
+	d     *Distributed
+	id    dsfabric.ThreadID
+	m     *riutils.Messengers
+	agg   *riutils.Aggregator
+	rng   *rand.Rand
+	arena arena
+	simMu sync.Mutex
+	sims  []simRequest
+	todo  []action
+	dirty []*node
+	buf   []byte
+	stats Stats
+	stop  bool
+	// thread 0 of rank 0 only
+	gathered []Stats
+	closing  chan []Stats
+	epochs   uint32 // the last phase started
+}
+
+type simRequest struct {
+	n     *node
+	epoch uint32
+}
+
+// Start starts the job described by fc (Handlers and Worker are set here;
+// other fields are the caller's) and returns the search. Every process of
+// the job runs the same call.
+func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Distributed, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = DefaultConfig().ProgressEvery
+	}
+	d := &Distributed{cfg: cfg, game: game, log: fc.Logger, ready: make(chan struct{}), requests: make(chan request, 1), failed: make(chan struct{}), stats: make(chan []Stats, 1)}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	if fc.Handlers == nil {
+		fc.Handlers = dsfabric.NewHandlers()
+	}
+	for k := uint8(0); k < numKinds; k++ {
+		id, err := fc.Handlers.Register("mcts."+kindNames[k], d.handler(k))
+		if err != nil {
+			return nil, err
+		}
+		d.ids[k] = id
+	}
+	ri, err := riutils.NewProcess(fc.Handlers, riutils.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	d.ri = ri
+	fc.Worker = d.run
+	f, err := dsfabric.Start(ctx, fc)
+	if err != nil {
+		return nil, err
+	}
+	d.f = f
+	if err := ri.Bind(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	names := f.Names()
+	d.threads = names.ThreadsPerProcess
+	d.all = names.Threads()
+	d.base, _ = names.Thread(f.Rank(), 0)
+	if d.cfg.InFlight == 0 {
+		d.cfg.InFlight = 4 * d.all
+	}
+	if d.cfg.Seed == 0 {
+		d.cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	d.workers = make([]*worker, d.threads)
+	for i := range d.workers {
+		id := d.base + dsfabric.ThreadID(i)
+		d.workers[i] = &worker{d: d, id: id, rng: rand.New(rand.NewPCG(seedOf(d.cfg.Seed, uint64(id)), 2))}
+	}
+	if f.Rank() == 0 {
+		d.workers[0].closing = make(chan []Stats, 1)
+	}
+	d.exited.Add(d.threads)
+	close(d.ready)
+	return d, nil
+}
+
+// Fabric returns the job's fabric.
+func (d *Distributed) Fabric() *dsfabric.Fabric { return d.f }
+
+// Rank returns this process's rank; rank 0 drives the search.
+func (d *Distributed) Rank() int { return d.f.Rank() }
+
+// Config returns the configuration in use (defaults filled).
+func (d *Distributed) Config() Config { return d.cfg }
+
+func (d *Distributed) fail(err error) {
+	d.errOnce.Do(func() {
+		d.err.Store(&err)
+		close(d.failed)
+	})
+}
+
+// Err returns the error that stopped the search, if any.
+func (d *Distributed) Err() error {
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Search runs one phase from state on rank 0: cfg.Budget rollouts started
+// by the threads of rank 0 (where the root lives) and backpropagated to the
+// root, and returns the most visited child.
+func (d *Distributed) Search(ctx context.Context, state State) (Result, error) {
+	if d.f.Rank() != 0 {
+		return Result{}, fmt.Errorf("mcts: Search runs on rank 0 (this is rank %d)", d.f.Rank())
+	}
+	if d.closed.Load() {
+		return Result{}, ErrClosed
+	}
+	if state.Winner() >= 0 {
+		return Result{}, fmt.Errorf("mcts: the game is over")
+	}
+	req := request{state: state.Clone(), reply: make(chan Result, 1)}
+	select {
+	case d.requests <- req:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case <-d.failed:
+		return Result{}, d.Err()
+	}
+	select {
+	case r := <-req.reply:
+		return r, nil
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case <-d.failed:
+		return Result{}, d.Err()
+	}
+}
+
+// Serve waits, on ranks other than 0, until rank 0 closes the search (or the
+// job fails).
+func (d *Distributed) Serve(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { d.exited.Wait(); close(done) }()
+	select {
+	case <-done:
+		return d.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.failed:
+		return d.Err()
+	}
+}
+
+// Close ends the search. On rank 0 it stops every worker thread of the job
+// and returns their statistics (in thread order); then, on every rank, it
+// closes the fabric.
+func (d *Distributed) Close() ([]Stats, error) {
+	var stats []Stats
+	var err error
+	if d.f.Rank() == 0 && d.closed.CompareAndSwap(false, true) && d.Err() == nil {
+		req := request{stop: true}
+		d.requests <- req
+		select {
+		case stats = <-d.workers[0].closing:
+		case <-d.failed:
+			err = d.Err()
+		case <-time.After(30 * time.Second):
+			err = errors.New("mcts: worker threads did not report their statistics")
+		}
+	}
+	if cerr := d.f.Close(); err == nil {
+		err = cerr
+	}
+	return stats, err
+}
+
+// handler returns the handler of calls of kind: it decodes the call and
+// queues it for the thread it runs on (handlers never send).
+func (d *Distributed) handler(kind uint8) dsfabric.HandlerFunc {
+	return func(c *dsfabric.Call, args []byte) ([]byte, error) {
+		a, err := decode(kind, args)
+		if err != nil {
+			return nil, err
+		}
+		w := d.local(c.Dst)
+		if w == nil {
+			return nil, fmt.Errorf("%w: thread %d is not in this process", ErrMessage, c.Dst)
+		}
+		a.owner = uint32(c.Dst)
+		if kind == kindCreate {
+			if a.state, err = d.game.Decode(c.Buffer); err != nil {
+				return nil, fmt.Errorf("%w: child state: %w", ErrMessage, err)
+			}
+		}
+		w.todo = append(w.todo, a)
+		return nil, nil
+	}
+}
+
+// local returns the worker of thread t if it is in this process.
+func (d *Distributed) local(t dsfabric.ThreadID) *worker {
+	i := int(t) - int(d.base)
+	if i < 0 || i >= len(d.workers) {
+		return nil
+	}
+	return d.workers[i]
+}
+
+// run is the body of every worker thread.
+func (d *Distributed) run(fw *dsfabric.Worker) {
+	<-d.ready
+	w := d.local(fw.ID())
+	defer d.exited.Done()
+	m, err := d.ri.Messengers(int(fw.ID() - d.base))
+	if err == nil {
+		w.m = m
+		w.agg, err = m.Aggregator(riutils.AggregatorConfig{Mode: d.cfg.Mode})
+	}
+	if err != nil {
+		d.fail(fmt.Errorf("mcts: thread %d: %w", fw.ID(), err))
+		return
+	}
+	var b dtutils.Backoff
+	var lastProgress time.Time
+	for !w.stop {
+		n := m.Poll() + fw.Poll()
+		n += w.runTodo()
+		n += w.simulate()
+		if w.id == 0 {
+			n += w.drive(&lastProgress)
+		}
+		n += w.startRollouts()
+		w.runTodo()
+		w.flushDirty()
+		if err := w.agg.Flush(); err != nil {
+			d.fail(fmt.Errorf("mcts: thread %d: %w", w.id, err))
+		}
+		if err := m.Err(); err != nil {
+			d.fail(err)
+		}
+		select {
+		case <-d.f.Done():
+			return
+		case <-d.failed:
+			return
+		default:
+		}
+		if n > 0 {
+			b.Reset()
+		} else {
+			b.Wait()
+		}
+	}
+	_ = w.agg.Flush()
+}
+
+// runTodo does the queued actions (more may be queued meanwhile).
+func (w *worker) runTodo() int {
+	n := 0
+	for i := 0; i < len(w.todo); i++ {
+		a := w.todo[i]
+		w.todo[i].state = nil
+		w.do(&a)
+		n++
+	}
+	w.todo = w.todo[:0]
+	return n
+}
+
+// send hands an action to the thread owning its node: done here when that
+// thread shares this process and shortcuts are on, else sent as a call.
+func (w *worker) send(dst dsfabric.ThreadID, a action) {
+	a.owner = uint32(dst)
+	if !w.d.cfg.NoShortcut && w.d.local(dst) != nil && a.kind != kindStop && a.kind != kindStats {
+		w.todo = append(w.todo, a)
+		return
+	}
+	w.buf = a.encode(w.buf[:0])
+	var err error
+	if a.kind == kindCreate {
+		st, eerr := a.state.AppendBinary(nil)
+		if eerr != nil {
+			w.d.fail(fmt.Errorf("mcts: encoding a state: %w", eerr))
+			return
+		}
+		err = w.agg.CallBuffer(dst, w.d.ids[a.kind], w.buf, st)
+	} else {
+		err = w.agg.Call(dst, w.d.ids[a.kind], w.buf)
+	}
+	if err != nil {
+		w.d.fail(fmt.Errorf("mcts: thread %d calling thread %d: %w", w.id, dst, err))
+	}
+}
+
+// lookup returns node r of epoch e, resetting the owner's arena on a newer
+// epoch; nil for a stale call.
+func (w *worker) lookup(r ref, e uint32) *node {
+	o := w.d.local(dsfabric.ThreadID(r.owner))
+	if o == nil {
+		return nil
+	}
+	ar := &o.arena
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	if ar.epoch < e {
+		ar.epoch, ar.nodes = e, nil
+	}
+	if ar.epoch != e || int(r.idx) >= len(ar.nodes) {
+		return nil
+	}
+	return ar.nodes[r.idx]
+}
+
+// add puts n in thread owner's arena for epoch e and returns its name.
+func (w *worker) add(owner uint32, e uint32, n *node) (ref, bool) {
+	ar := &w.d.local(dsfabric.ThreadID(owner)).arena
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	if ar.epoch < e {
+		ar.epoch, ar.nodes = e, nil
+	}
+	if ar.epoch != e {
+		return ref{}, false
+	}
+	ar.nodes = append(ar.nodes, n)
+	return ref{owner: owner, idx: uint32(len(ar.nodes) - 1)}, true
+}
+
+func (w *worker) do(a *action) {
+	d := w.d
+	e := a.epoch()
+	playouts := uint32(d.cfg.Playouts)
+	switch a.kind {
+	case kindDescend:
+		at := ref{a.owner, a.w[1]}
+		n := w.lookup(at, e)
+		if n == nil {
+			return
+		}
+		for k := uint32(0); k < a.w[2]; k++ {
+			n.mu.Lock()
+			if n.winner >= 0 {
+				n.mu.Unlock()
+				w.queueSim(n, e)
+				continue
+			}
+			i, expand := n.choose(d.cfg.C, playouts)
+			s := n.slots[i]
+			if !s.created && !expand {
+				n.slots[i].deferred++
+			}
+			n.mu.Unlock()
+			switch {
+			case expand:
+				child := n.state.Clone()
+				if err := child.Play(s.move); err != nil {
+					d.fail(fmt.Errorf("mcts: the game refused its own move: %w", err))
+					return
+				}
+				owner := dsfabric.ThreadID(w.rng.IntN(d.all))
+				w.send(owner, action{kind: kindCreate, w: [6]uint32{e, at.owner, at.idx, uint32(i)}, state: child})
+			case s.created:
+				w.send(dsfabric.ThreadID(s.child.owner), action{kind: kindDescend, w: [6]uint32{e, s.child.idx, 1}})
+			}
+		}
+	case kindCreate:
+		parent := ref{a.w[1], a.w[2]}
+		n := newNode(a.state, parent, a.w[3], false, w.rng)
+		n.epoch = e
+		at, ok := w.add(a.owner, e, n)
+		if !ok {
+			return
+		}
+		w.stats.Nodes++
+		w.send(dsfabric.ThreadID(parent.owner), action{kind: kindCreated, w: [6]uint32{e, parent.idx, a.w[3], at.owner, at.idx}})
+		w.queueSim(n, e)
+	case kindCreated:
+		n := w.lookup(ref{a.owner, a.w[1]}, e)
+		if n == nil || int(a.w[2]) >= len(n.slots) {
+			return
+		}
+		child := ref{a.w[3], a.w[4]}
+		n.mu.Lock()
+		s := &n.slots[a.w[2]]
+		s.child, s.created = child, true
+		k := s.deferred
+		s.deferred = 0
+		n.mu.Unlock()
+		if k > 0 {
+			w.send(dsfabric.ThreadID(child.owner), action{kind: kindDescend, w: [6]uint32{e, child.idx, k}})
+		}
+	case kindBackprop:
+		n := w.lookup(ref{a.owner, a.w[1]}, e)
+		if n == nil || int(a.w[2]) >= len(n.slots) {
+			return
+		}
+		wins, cnt, rollouts := a.w[3], a.w[4], a.w[5]
+		n.mu.Lock()
+		n.slots[a.w[2]].wins += wins
+		if n.root {
+			n.mu.Unlock()
+			if p := d.phase.Load(); p != nil && p.epoch == e {
+				p.completed.Add(int64(rollouts))
+			}
+			return
+		}
+		n.upWins += cnt - wins
+		n.upN += cnt
+		n.upRollouts += rollouts
+		if !n.dirty {
+			n.dirty = true
+			w.dirty = append(w.dirty, n)
+		}
+		n.mu.Unlock()
+	case kindStop:
+		w.stop = w.closing == nil // thread 0 of rank 0 stops once every thread's statistics are in
+		st := w.stats
+		st.Calls = uint64(w.m.Stats().Received)
+		w.send(0, action{kind: kindStats, w: [6]uint32{e, uint32(w.id)}, stats: st.words()})
+	case kindStats:
+		w.gathered = append(w.gathered, statsOf(a.w[1], a.stats))
+		if len(w.gathered) == d.all && w.closing != nil {
+			out := make([]Stats, d.all)
+			for _, s := range w.gathered {
+				if int(s.Thread) < len(out) {
+					out[s.Thread] = s
+				}
+			}
+			w.closing <- out
+			w.stop = true
+		}
+	}
+}
+
+// queueSim hands leaf n to a random worker thread of this process.
+func (w *worker) queueSim(n *node, e uint32) {
+	o := w.d.workers[w.rng.IntN(len(w.d.workers))]
+	o.simMu.Lock()
+	o.sims = append(o.sims, simRequest{n: n, epoch: e})
+	o.simMu.Unlock()
+}
+
+// simulate evaluates one queued leaf and starts its backpropagation.
+func (w *worker) simulate() int {
+	w.simMu.Lock()
+	if len(w.sims) == 0 {
+		w.simMu.Unlock()
+		return 0
+	}
+	r := w.sims[0]
+	w.sims[0] = simRequest{}
+	w.sims = w.sims[1:]
+	w.simMu.Unlock()
+	n := r.n
+	wins := evaluate(n.state, n.winner, n.toMove, w.d.cfg.Playouts, w.rng.Uint64())
+	w.stats.Leaves++
+	if n.winner < 0 {
+		w.stats.Playouts += uint64(w.d.cfg.Playouts)
+	}
+	w.send(dsfabric.ThreadID(n.parent.owner), action{kind: kindBackprop, w: [6]uint32{r.epoch, n.parent.idx, n.parentSlot, wins, uint32(w.d.cfg.Playouts), 1}})
+	return 1
+}
+
+// flushDirty sends each node's combined results on to its parent.
+func (w *worker) flushDirty() {
+	for i, n := range w.dirty {
+		n.mu.Lock()
+		wins, cnt, r := n.upWins, n.upN, n.upRollouts
+		n.upWins, n.upN, n.upRollouts, n.dirty = 0, 0, 0, false
+		n.mu.Unlock()
+		w.dirty[i] = nil
+		w.send(dsfabric.ThreadID(n.parent.owner), action{kind: kindBackprop, w: [6]uint32{n.epoch, n.parent.idx, n.parentSlot, wins, cnt, r}})
+	}
+	w.dirty = w.dirty[:0]
+}
+
+// startRollouts starts rollouts at the root while the phase has budget and
+// fewer than InFlight are under way (threads of the root's process only).
+func (w *worker) startRollouts() int {
+	p := w.d.phase.Load()
+	if p == nil {
+		return 0
+	}
+	n := 0
+	for n < 4 {
+		s := p.started.Load()
+		if s >= p.budget || s-p.completed.Load() >= p.inFlight {
+			break
+		}
+		if !p.started.CompareAndSwap(s, s+1) {
+			continue
+		}
+		w.stats.Rollouts++
+		w.send(dsfabric.ThreadID(p.root.owner), action{kind: kindDescend, w: [6]uint32{p.epoch, p.root.idx, 1}})
+		n++
+	}
+	return n
+}
+
+// drive runs on thread 0 of rank 0: it starts phases, reports progress,
+// ends phases when the budget is back at the root, and stops the job.
+func (w *worker) drive(lastProgress *time.Time) int {
+	d := w.d
+	if p := d.phase.Load(); p != nil {
+		done := p.completed.Load()
+		if done >= p.budget {
+			root := w.lookup(p.root, p.epoch)
+			root.mu.Lock()
+			r := root.result(int(done), d.cfg.Playouts)
+			root.mu.Unlock()
+			r.Elapsed = time.Since(p.begun)
+			d.phase.Store(nil)
+			p.reply <- r
+			return 1
+		}
+		if d.cfg.Progress != nil && time.Since(*lastProgress) >= d.cfg.ProgressEvery {
+			*lastProgress = time.Now()
+			d.cfg.Progress(int(done), int(p.budget))
+		}
+		return 0
+	}
+	select {
+	case req := <-d.requests:
+		w.epochs++
+		epoch := w.epochs
+		if req.stop {
+			for t := 0; t < d.all; t++ {
+				w.send(dsfabric.ThreadID(t), action{kind: kindStop, w: [6]uint32{epoch}})
+			}
+			return 1
+		}
+		root := newNode(req.state, ref{}, 0, true, w.rng)
+		root.epoch = epoch
+		at, _ := w.add(uint32(w.id), epoch, root)
+		p := &phase{epoch: epoch, budget: int64(d.cfg.Budget), inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply}
+		*lastProgress = time.Now()
+		d.phase.Store(p)
+		return 1
+	default:
+	}
+	return 0
+}

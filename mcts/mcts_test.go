@@ -1,0 +1,238 @@
+package mcts
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/internal/jobtest"
+	"github.com/seriema-go/seriema/riutils"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func hexPosition(t testing.TB, size int, black, white []string, toMove int) *HexState {
+	t.Helper()
+	s, err := NewHex(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < max(len(black), len(white)); i++ {
+		if i < len(black) {
+			play(t, s, black[i])
+		}
+		if i < len(white) {
+			play(t, s, white[i])
+		}
+	}
+	if s.ToMove() != toMove {
+		t.Fatalf("position has player %d to move, want %d", s.ToMove(), toMove)
+	}
+	return s
+}
+
+func play(t testing.TB, s *HexState, name string) {
+	t.Helper()
+	m, err := s.ParseMove(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Play(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// searcher is a search under test: sequential or distributed.
+type searcher func(t *testing.T, s State, cfg Config) Result
+
+func sequential(t *testing.T, s State, cfg Config) Result {
+	r, err := Sequential(context.Background(), s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tactics are the positions every search must get right (§5.3 sanity):
+// play an immediate win, block the opponent's only immediate win, and the
+// solved centre openings of 3×3.
+func tactics(t *testing.T, search searcher) {
+	cfg := DefaultConfig()
+	cfg.Budget, cfg.Seed = 3000, 11
+	t.Run("win", func(t *testing.T) {
+		s := hexPosition(t, 4, []string{"a1", "a2", "a3"}, []string{"d1", "d2", "d3"}, 0)
+		r := search(t, s, cfg)
+		if r.MoveName != "a4" {
+			t.Errorf("played %s, want the winning a4", r.MoveName)
+		}
+		checkAccounting(t, r, cfg)
+	})
+	t.Run("block", func(t *testing.T) {
+		s := hexPosition(t, 4, []string{"a1", "a2", "a3"}, []string{"d1", "d2"}, 1)
+		r := search(t, s, cfg)
+		if r.MoveName != "a4" {
+			t.Errorf("played %s, want the block a4", r.MoveName)
+		}
+		checkAccounting(t, r, cfg)
+	})
+	t.Run("centre3", func(t *testing.T) {
+		s := hexPosition(t, 3, nil, nil, 0)
+		r := search(t, s, cfg)
+		if r.MoveName != "b2" {
+			t.Errorf("played %s on the empty 3×3 board, want the centre b2", r.MoveName)
+		}
+		checkAccounting(t, r, cfg)
+	})
+}
+
+// checkAccounting: every rollout of the budget came back to the root (no
+// lost backpropagation): the root's children share exactly Budget visits.
+func checkAccounting(t *testing.T, r Result, cfg Config) {
+	t.Helper()
+	sum := 0
+	for _, c := range r.Children {
+		sum += c.Visits
+		if c.WinRate < 0 || c.WinRate > 1 {
+			t.Errorf("child %d has win rate %v", c.Move, c.WinRate)
+		}
+	}
+	if sum != cfg.Budget || r.Rollouts != cfg.Budget || r.Simulations != cfg.Budget*cfg.Playouts {
+		t.Errorf("children visits %d, rollouts %d, simulations %d; budget %d × %d playouts", sum, r.Rollouts, r.Simulations, cfg.Budget, cfg.Playouts)
+	}
+}
+
+func TestSequentialTactics(t *testing.T) { tactics(t, sequential) }
+
+// TestSequentialOpenings (solved openings): the centre wins on 5×5, and the
+// acute corner a1 loses on every size from 3 to 8 — a strong enough search
+// answering a1 believes in its reply.
+func TestSequentialOpenings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	cfg := DefaultConfig()
+	cfg.Budget, cfg.Seed = 60000, 5
+	if r := sequential(t, hexPosition(t, 5, nil, nil, 0), cfg); r.MoveName != "c3" {
+		t.Errorf("5×5: played %s, want c3", r.MoveName)
+	}
+	for n := 3; n <= 8; n++ {
+		cfg.Budget = 20000
+		r := sequential(t, hexPosition(t, n, []string{"a1"}, nil, 1), cfg)
+		best := 0.0
+		for _, c := range r.Children {
+			if c.Move == r.Move {
+				best = c.WinRate
+			}
+		}
+		if best <= 0.5 {
+			t.Errorf("%d×%d after a1: White's reply %s wins only %.3f of its playouts", n, n, r.MoveName, best)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.Budget = 0 },
+		func(c *Config) { c.Playouts = 0 },
+		func(c *Config) { c.C = -1 },
+		func(c *Config) { c.Mode = 7 },
+		func(c *Config) { c.InFlight = -2 },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if err := c.VerifyConfig(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if _, err := Sequential(context.Background(), hexPosition(t, 3, []string{"a1", "a2", "a3"}, []string{"c1", "c2"}, 1), DefaultConfig()); err == nil {
+		t.Error("search of a finished game accepted")
+	}
+}
+
+// distributedJob starts a job, runs body on rank 0 and closes.
+func distributedJob(t *testing.T, procs, threads int, cfg Config, body func(d *Distributed)) []Stats {
+	d, err := Start(context.Background(), Hex{}, cfg, dsfabric.Config{
+		Procs: procs, ThreadsPerProcess: threads, Args: jobtest.RunArgs(t), Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Rank() != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := d.Serve(ctx); err != nil {
+			t.Error(err)
+		}
+		if _, err := d.Close(); err != nil {
+			t.Error(err)
+		}
+		return nil
+	}
+	body(d)
+	stats, err := d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats
+}
+
+func distributedSearch(d *Distributed) searcher {
+	return func(t *testing.T, s State, cfg Config) Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		r, err := d.Search(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if t.Name() != "" {
+			d.audit(t)
+		}
+		return r
+	}
+}
+
+// TestDistributed (paper §5.3): the distributed search, in 1×2, 2×1 and
+// 2×2 configurations, in trad and ovfl modes and with the local shortcut
+// off, plays the tactics right, loses no backpropagation, keeps visit counts
+// consistent and shares the work among all threads.
+func TestDistributed(t *testing.T) {
+	cases := []struct {
+		procs, threads int
+		mode           riutils.Mode
+		noShortcut     bool
+	}{
+		{1, 2, riutils.Trad, false},
+		{1, 2, riutils.Ovfl, true},
+		{2, 1, riutils.Trad, false},
+		{2, 1, riutils.Ovfl, false},
+		{2, 2, riutils.Trad, true},
+	}
+	for _, c := range cases {
+		name := fmt.Sprintf("%dx%d-%s-shortcut=%v", c.procs, c.threads, c.mode, !c.noShortcut)
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Budget, cfg.Seed, cfg.Mode, cfg.NoShortcut = 3000, 11, c.mode, c.noShortcut
+			stats := distributedJob(t, c.procs, c.threads, cfg, func(d *Distributed) {
+				tactics(t, distributedSearch(d))
+			})
+			if stats == nil {
+				return
+			}
+			if len(stats) != c.procs*c.threads {
+				t.Fatalf("%d thread statistics, want %d", len(stats), c.procs*c.threads)
+			}
+			for _, s := range stats {
+				if s.Leaves == 0 || s.Nodes == 0 {
+					t.Errorf("thread %d did no work: %+v", s.Thread, s)
+				}
+				if c.noShortcut && s.Calls == 0 {
+					t.Errorf("thread %d received no calls without the shortcut", s.Thread)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,88 @@
+package mcts
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The calls of the distributed search (docs/wire.md, "mcts calls"). Every
+// argument is a sequence of little-endian uint32 words; the first is the
+// phase's epoch, so calls left over from an earlier move are recognised and
+// dropped. The node a call works on is owned by the destination thread.
+//
+//	descend   epoch, node, count                 count rollouts select at node
+//	create    epoch, parent owner, parent, slot  + buffer: the child's state
+//	created   epoch, parent, slot, child owner, child
+//	backprop  epoch, node, slot, wins, playouts, rollouts
+//	stop      epoch
+//	stats     epoch, thread, then uint64 words: playouts, leaves, nodes,
+//	          rollouts, calls received
+
+// ErrMessage is wrapped by every malformed call.
+var ErrMessage = errors.New("mcts: malformed call")
+
+const (
+	kindDescend = iota
+	kindCreate
+	kindCreated
+	kindBackprop
+	kindStop
+	kindStats
+	numKinds
+)
+
+var kindWords = [numKinds]int{kindDescend: 3, kindCreate: 4, kindCreated: 5, kindBackprop: 6, kindStop: 1, kindStats: 2 + 2*numStats}
+
+var kindNames = [numKinds]string{"descend", "create", "created", "backprop", "stop", "stats"}
+
+// action is one decoded call, or one operation a thread does locally.
+type action struct {
+	kind  uint8
+	owner uint32    // the thread owning the node worked on (not sent: the destination)
+	w     [6]uint32 // the words of the call, w[0] the epoch
+	stats [numStats]uint64
+	state State // create
+}
+
+func (a *action) epoch() uint32 { return a.w[0] }
+
+// encode appends the call's argument bytes.
+func (a *action) encode(dst []byte) []byte {
+	n := kindWords[a.kind]
+	if a.kind == kindStats {
+		dst = binary.LittleEndian.AppendUint32(dst, a.w[0])
+		dst = binary.LittleEndian.AppendUint32(dst, a.w[1])
+		for _, v := range a.stats {
+			dst = binary.LittleEndian.AppendUint64(dst, v)
+		}
+		return dst
+	}
+	for i := 0; i < n; i++ {
+		dst = binary.LittleEndian.AppendUint32(dst, a.w[i])
+	}
+	return dst
+}
+
+// decode reads the arguments of a call of kind.
+func decode(kind uint8, args []byte) (action, error) {
+	a := action{kind: kind}
+	if int(kind) >= numKinds {
+		return a, fmt.Errorf("%w: kind %d", ErrMessage, kind)
+	}
+	if len(args) != 4*kindWords[kind] {
+		return a, fmt.Errorf("%w: %s call of %d bytes (want %d)", ErrMessage, kindNames[kind], len(args), 4*kindWords[kind])
+	}
+	if kind == kindStats {
+		a.w[0] = binary.LittleEndian.Uint32(args)
+		a.w[1] = binary.LittleEndian.Uint32(args[4:])
+		for i := range a.stats {
+			a.stats[i] = binary.LittleEndian.Uint64(args[8+8*i:])
+		}
+		return a, nil
+	}
+	for i := 0; i < kindWords[kind]; i++ {
+		a.w[i] = binary.LittleEndian.Uint32(args[4*i:])
+	}
+	return a, nil
+}
