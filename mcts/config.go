@@ -36,7 +36,7 @@ type Config struct {
 	NoShortcut bool
 	// InFlight bounds the rollouts under way at once in a phase (started,
 	// not yet backpropagated to the root): more keeps more threads busy,
-	// fewer keeps the search closer to sequential. Default 4 per worker
+	// fewer keeps the search closer to sequential. Default 8 per worker
 	// thread of the job.
 	InFlight int
 	// Progress, if set, is called on the root's thread (rank 0) about every

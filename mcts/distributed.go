@@ -21,16 +21,19 @@ type Stats struct {
 	// Playouts run, leaves evaluated, nodes created here, rollouts started
 	// here, and calls received through the thread's messengers.
 	Playouts, Leaves, Nodes, Rollouts, Calls uint64
+	// SimulateNs is the time spent in playouts, IdleNs the time the loop
+	// waited for work during searches (waits shorter than 20 ms).
+	SimulateNs, IdleNs uint64
 }
 
-const numStats = 5
+const numStats = 7
 
 func (s *Stats) words() [numStats]uint64 {
-	return [numStats]uint64{s.Playouts, s.Leaves, s.Nodes, s.Rollouts, s.Calls}
+	return [numStats]uint64{s.Playouts, s.Leaves, s.Nodes, s.Rollouts, s.Calls, s.SimulateNs, s.IdleNs}
 }
 
 func statsOf(t uint32, w [numStats]uint64) Stats {
-	return Stats{Thread: dsfabric.ThreadID(t), Playouts: w[0], Leaves: w[1], Nodes: w[2], Rollouts: w[3], Calls: w[4]}
+	return Stats{Thread: dsfabric.ThreadID(t), Playouts: w[0], Leaves: w[1], Nodes: w[2], Rollouts: w[3], Calls: w[4], SimulateNs: w[5], IdleNs: w[6]}
 }
 
 // ErrClosed is returned by Search after Close.
@@ -158,7 +161,7 @@ func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Dis
 	d.all = names.Threads()
 	d.base, _ = names.Thread(f.Rank(), 0)
 	if d.cfg.InFlight == 0 {
-		d.cfg.InFlight = 4 * d.all
+		d.cfg.InFlight = 8 * d.all
 	}
 	if d.cfg.Seed == 0 {
 		d.cfg.Seed = uint64(time.Now().UnixNano())
@@ -316,19 +319,25 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 		return
 	}
 	var b dtutils.Backoff
-	var lastProgress time.Time
+	var lastProgress, lastBusy time.Time
+	busy, round := false, 0
+	var idleSince time.Time
 	for !w.stop {
 		n := m.Poll() + fw.Poll()
 		n += w.runTodo()
-		n += w.simulate()
+		for i := 0; i < simsPerRound && w.simulate(); i++ {
+			n++
+		}
 		if w.id == 0 {
 			n += w.drive(&lastProgress)
 		}
 		n += w.startRollouts()
 		w.runTodo()
 		w.flushDirty()
-		if err := w.agg.Flush(); err != nil {
-			d.fail(fmt.Errorf("mcts: thread %d: %w", w.id, err))
+		if round++; n == 0 || round%flushEvery == 0 {
+			if err := w.agg.Flush(); err != nil {
+				d.fail(fmt.Errorf("mcts: thread %d: %w", w.id, err))
+			}
 		}
 		if err := m.Err(); err != nil {
 			d.fail(err)
@@ -340,13 +349,54 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 			return
 		default:
 		}
-		if n > 0 {
+		now := nowIfIdle(n)
+		if n > 0 && !idleSince.IsZero() {
+			// Count waits within a search, not the gaps between searches.
+			if d := time.Since(idleSince); d < hotWindow {
+				w.stats.IdleNs += uint64(d)
+			}
+			idleSince = time.Time{}
+		}
+		if n == 0 && idleSince.IsZero() {
+			idleSince = now
+		}
+		switch {
+		case n > 0:
 			b.Reset()
-		} else {
+			busy = true
+		case busy:
+			// Recently busy: a search is on and the next call is
+			// microseconds away, but a timer sleep would cost a
+			// millisecond here, and yielding a thread locked to its
+			// goroutine hands the processor to another thread through
+			// futexes. Keep polling for hotWindow, then back off.
+			lastBusy, busy = now, false
+		case now.Sub(lastBusy) < hotWindow:
+		default:
 			b.Wait()
 		}
 	}
 	_ = w.agg.Flush()
+}
+
+// A round of the worker loop runs up to simsPerRound leaf evaluations, and
+// every flushEvery rounds (or when idle) flushes the aggregator: batches
+// then hold several evaluations' worth of calls.
+const (
+	simsPerRound = 2
+	flushEvery   = 1
+)
+
+// hotWindow is how long a worker thread stays awake after its last work
+// before its loop backs off to sleeping: long enough to bridge the gaps of a
+// running search, short enough that an idle job costs nothing.
+const hotWindow = 20 * time.Millisecond
+
+func nowIfIdle(n int) time.Time {
+	if n > 0 {
+		return time.Time{}
+	}
+	return time.Now()
 }
 
 // runTodo does the queued actions (more may be queued meanwhile).
@@ -439,7 +489,7 @@ func (w *worker) do(a *action) {
 				w.queueSim(n, e)
 				continue
 			}
-			i, expand := n.choose(d.cfg.C, playouts)
+			i, expand := n.choose(d.cfg.C, playouts, w.rng)
 			s := n.slots[i]
 			if !s.created && !expand {
 				n.slots[i].deferred++
@@ -491,7 +541,7 @@ func (w *worker) do(a *action) {
 		}
 		wins, cnt, rollouts := a.w[3], a.w[4], a.w[5]
 		n.mu.Lock()
-		n.slots[a.w[2]].wins += wins
+		n.addWins(int(a.w[2]), wins)
 		if n.root {
 			n.mu.Unlock()
 			if p := d.phase.Load(); p != nil && p.epoch == e {
@@ -535,25 +585,28 @@ func (w *worker) queueSim(n *node, e uint32) {
 	o.simMu.Unlock()
 }
 
-// simulate evaluates one queued leaf and starts its backpropagation.
-func (w *worker) simulate() int {
+// simulate evaluates one queued leaf and starts its backpropagation; false
+// when none is queued.
+func (w *worker) simulate() bool {
 	w.simMu.Lock()
 	if len(w.sims) == 0 {
 		w.simMu.Unlock()
-		return 0
+		return false
 	}
 	r := w.sims[0]
 	w.sims[0] = simRequest{}
 	w.sims = w.sims[1:]
 	w.simMu.Unlock()
 	n := r.n
+	t0 := time.Now()
 	wins := evaluate(n.state, n.winner, n.toMove, w.d.cfg.Playouts, w.rng.Uint64())
+	w.stats.SimulateNs += uint64(time.Since(t0))
 	w.stats.Leaves++
 	if n.winner < 0 {
 		w.stats.Playouts += uint64(w.d.cfg.Playouts)
 	}
 	w.send(dsfabric.ThreadID(n.parent.owner), action{kind: kindBackprop, w: [6]uint32{r.epoch, n.parent.idx, n.parentSlot, wins, uint32(w.d.cfg.Playouts), 1}})
-	return 1
+	return true
 }
 
 // flushDirty sends each node's combined results on to its parent.

@@ -24,6 +24,22 @@ type slot struct {
 	child    ref
 	created  bool
 	deferred uint32 // rollouts waiting for the child's address
+	// UCB terms kept up to date by refresh, so that selection over many
+	// children costs a multiply-add each rather than a division and a
+	// square root.
+	q, inv float64 // wins/visits, 1/sqrt(visits)
+}
+
+// refresh recomputes the slot's UCB terms after visits or wins changed.
+func (s *slot) refresh() {
+	v := float64(s.visits)
+	s.q, s.inv = float64(s.wins)/v, 1/math.Sqrt(v)
+}
+
+// addWins adds backpropagated wins to slot i.
+func (n *node) addWins(i int, wins uint32) {
+	n.slots[i].wins += wins
+	n.slots[i].refresh()
 }
 
 // node is one tree node. Its state is never changed after creation; the rest
@@ -37,7 +53,8 @@ type node struct {
 	epoch      uint32 // distributed: the phase the node belongs to
 	winner     int
 	toMove     int
-	untried    []Move // shuffled; expansion takes from the end
+	untried    []Move // expansion takes one at random; filled on first selection
+	listed     bool   // untried has been filled
 	slots      []slot
 	visits     uint32
 	// Backpropagation combining: results waiting to go to the parent.
@@ -46,39 +63,39 @@ type node struct {
 }
 
 func newNode(s State, parent ref, parentSlot uint32, root bool, rng *rand.Rand) *node {
-	n := &node{state: s, parent: parent, parentSlot: parentSlot, root: root, winner: s.Winner(), toMove: s.ToMove()}
-	if n.winner < 0 {
-		n.untried = s.Moves(nil)
-		rng.Shuffle(len(n.untried), func(i, j int) { n.untried[i], n.untried[j] = n.untried[j], n.untried[i] })
-	}
-	return n
+	return &node{state: s, parent: parent, parentSlot: parentSlot, root: root, winner: s.Winner(), toMove: s.ToMove()}
 }
 
-// choose selects the slot a rollout follows — a new one while moves are
-// untried (expansion), else the best by UCB — and charges it the virtual
+// choose selects the slot a rollout follows — a new one, at random, while
+// moves are untried (expansion), else the best by UCB — and charges it the virtual
 // loss of playouts visits. The caller holds mu and has checked winner < 0.
-func (n *node) choose(c float64, playouts uint32) (i int, expand bool) {
+func (n *node) choose(c float64, playouts uint32, rng *rand.Rand) (i int, expand bool) {
+	if !n.listed {
+		// Most leaves are never selected again: list moves only when needed.
+		n.untried, n.listed = n.state.Moves(nil), true
+	}
 	if k := len(n.untried); k > 0 {
-		n.slots = append(n.slots, slot{move: n.untried[k-1]})
+		j := rng.IntN(k)
+		n.slots = append(n.slots, slot{move: n.untried[j]})
+		n.untried[j] = n.untried[k-1]
 		n.untried = n.untried[:k-1]
 		i, expand = len(n.slots)-1, true
 	} else {
 		i = n.ucb(c)
 	}
 	n.slots[i].visits += playouts
+	n.slots[i].refresh()
 	n.visits += playouts
 	return i, expand
 }
 
 // ucb returns the slot with the highest UCB score (the first on ties).
 func (n *node) ucb(c float64) int {
-	logN := math.Log(float64(max(n.visits, 1)))
+	k := c * math.Sqrt(math.Log(float64(max(n.visits, 1))))
 	best, bestScore := 0, math.Inf(-1)
 	for i := range n.slots {
 		s := &n.slots[i]
-		v := float64(s.visits)
-		score := float64(s.wins)/v + c*math.Sqrt(logN/v)
-		if score > bestScore {
+		if score := s.q + k*s.inv; score > bestScore {
 			best, bestScore = i, score
 		}
 	}

@@ -45,7 +45,7 @@ func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 				wins = evaluate(n.state, n.winner, n.toMove, cfg.Playouts, 0)
 				break
 			}
-			i, expand := n.choose(cfg.C, playouts)
+			i, expand := n.choose(cfg.C, playouts, rng)
 			path = append(path, step{n, i})
 			if !expand {
 				n = arena[n.slots[i].child.idx]
@@ -62,7 +62,7 @@ func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 			break
 		}
 		for k := len(path) - 1; k >= 0; k-- {
-			path[k].n.slots[path[k].slot].wins += wins
+			path[k].n.addWins(path[k].slot, wins)
 			wins = playouts - wins
 		}
 	}

@@ -22,7 +22,6 @@ import (
 
 // pending names, for each subcommand not built yet, what it waits for.
 var pending = map[string]string{
-	"demo":  "the distributed MCTS Hex demo (self-launched processes over shared memory); it needs dsfabric, riutils, mcts and hex",
 	"htp":   "the Hex engine speaking HTP on stdin/stdout; it needs hex and mcts",
 	"scale": "the scaling figure (the paper's Fig. 3); it needs mcts",
 }
@@ -41,6 +40,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return micro(args[1:], stdin, stdout, stderr)
 	case "latency":
 		return latency(args[1:], stdout, stderr)
+	case "demo":
+		return demo(args[1:], stdout, stderr)
 	}
 	what, ok := pending[args[0]]
 	if !ok {

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/mcts"
+	"github.com/seriema-go/seriema/riutils"
+)
+
+// demoDefaultVisits is the rollout budget per move of `make demo`: a whole
+// 11×11 game in about a minute on two cores (docs/benchmarks.md).
+const demoDefaultVisits = 250000
+
+// DemoSummary is the result of one demo run (the JSON of -json).
+type DemoSummary struct {
+	Config           string       `json:"config"` // "seq" or PxT, e.g. "2x1"
+	Board            string       `json:"board"`  // e.g. "11x11"
+	Mode             string       `json:"mode"`
+	Transport        string       `json:"transport"`
+	VisitsPerMove    int          `json:"visits_per_move"`
+	VisitsPerMs      float64      `json:"visits_per_ms"`
+	SimulationsPerMs float64      `json:"simulations_per_ms"`
+	SearchMs         float64      `json:"search_ms"`
+	Moves            []string     `json:"moves"`
+	Winner           string       `json:"winner,omitempty"`
+	Threads          []ThreadWork `json:"threads"`
+}
+
+// ThreadWork is one worker thread's share of the work.
+type ThreadWork struct {
+	Thread   int    `json:"thread"`
+	Rank     int    `json:"rank"`
+	Playouts uint64 `json:"playouts"`
+	Leaves   uint64 `json:"leaves"`
+	Nodes    uint64 `json:"nodes"`
+	Rollouts uint64 `json:"rollouts"`
+	Calls    uint64 `json:"calls"`
+	// Shares of the search time spent in playouts and idle.
+	SimulateShare float64 `json:"simulate_share"`
+	IdleShare     float64 `json:"idle_share"`
+}
+
+type demoOpts struct {
+	procs, threads, board, visits, moves, playouts int
+	inFlight                                       int
+	mode, transport                                string
+	c                                              float64
+	seed                                           uint64
+	seq, noShortcut, asJSON, quiet                 bool
+	cpuProfile                                     string
+}
+
+func (o demoOpts) config() string {
+	if o.seq {
+		return "seq"
+	}
+	return fmt.Sprintf("%dx%d", o.procs, o.threads)
+}
+
+// demoFlags declares the flags shared by demo and htp.
+func demoFlags(fs *flag.FlagSet, o *demoOpts) {
+	fs.IntVar(&o.procs, "procs", 2, "processes (self-launched; mpirun/srun set their own)")
+	fs.IntVar(&o.threads, "threads", 1, "worker threads per process")
+	fs.IntVar(&o.board, "board", 11, "board side, 1…19")
+	fs.IntVar(&o.visits, "visits", demoDefaultVisits, "rollouts (visits) per move")
+	fs.IntVar(&o.playouts, "playouts", 16, "random playouts per evaluated leaf")
+	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
+	fs.StringVar(&o.transport, "transport", "shm", "shm (same machine) or tcp")
+	fs.Float64Var(&o.c, "c", 1.0, "UCB exploration constant")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
+	fs.BoolVar(&o.seq, "seq", false, "run the sequential baseline (no fabric) instead")
+	fs.IntVar(&o.inFlight, "inflight", 0, "rollouts under way at once (0: 8 per worker thread)")
+	fs.BoolVar(&o.noShortcut, "no-shortcut", false, "send every node operation as a call, even within a process")
+}
+
+func (o demoOpts) searchConfig() (mcts.Config, error) {
+	cfg := mcts.DefaultConfig()
+	cfg.Budget, cfg.Playouts, cfg.C, cfg.Seed, cfg.NoShortcut, cfg.InFlight = o.visits, o.playouts, o.c, o.seed, o.noShortcut, o.inFlight
+	switch o.mode {
+	case "trad":
+		cfg.Mode = riutils.Trad
+	case "ovfl":
+		cfg.Mode = riutils.Ovfl
+	default:
+		return cfg, fmt.Errorf("unknown -mode %q (want trad or ovfl)", o.mode)
+	}
+	if o.transport != "shm" && o.transport != "tcp" {
+		return cfg, fmt.Errorf("unknown -transport %q (want shm or tcp)", o.transport)
+	}
+	if o.procs < 1 || o.threads < 1 {
+		return cfg, fmt.Errorf("-procs and -threads must be at least 1")
+	}
+	return cfg, cfg.VerifyConfig()
+}
+
+// searchFunc searches one move.
+type searchFunc func(ctx context.Context, s mcts.State) (mcts.Result, error)
+
+// engine is the configured search: sequential, or a distributed job whose
+// ranks other than 0 serve until rank 0 closes it. close returns the work
+// per thread.
+type engine struct {
+	search searchFunc
+	close  func() ([]ThreadWork, error)
+	rank0  bool
+}
+
+// startEngine starts the search; searchNs must hold the total search time
+// when close is called (for the shares of time per thread).
+func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, stderr io.Writer) (*engine, error) {
+	cfg, err := o.searchConfig()
+	if err != nil {
+		return nil, err
+	}
+	if o.seq {
+		e := &engine{rank0: true}
+		var work ThreadWork
+		e.search = func(ctx context.Context, s mcts.State) (mcts.Result, error) {
+			r, err := mcts.Sequential(ctx, s, cfg)
+			work.Playouts += uint64(r.Simulations)
+			work.Rollouts += uint64(r.Rollouts)
+			work.Leaves += uint64(r.Rollouts)
+			return r, err
+		}
+		e.close = func() ([]ThreadWork, error) { work.SimulateShare = 1; return []ThreadWork{work}, nil }
+		return e, nil
+	}
+	cfg.Progress = progress
+	d, err := mcts.Start(context.Background(), mcts.Hex{}, cfg, dsfabric.Config{
+		Procs: o.procs, ThreadsPerProcess: o.threads, Transport: o.transport, Stdout: stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{search: d.Search, rank0: d.Rank() == 0}
+	e.close = func() ([]ThreadWork, error) {
+		if d.Rank() != 0 {
+			err := d.Serve(context.Background())
+			if _, cerr := d.Close(); err == nil {
+				err = cerr
+			}
+			return nil, err
+		}
+		stats, err := d.Close()
+		names := d.Fabric().Names()
+		var out []ThreadWork
+		for _, s := range stats {
+			out = append(out, ThreadWork{Thread: int(s.Thread), Rank: names.Rank(s.Thread), Playouts: s.Playouts, Leaves: s.Leaves, Nodes: s.Nodes, Rollouts: s.Rollouts, Calls: s.Calls,
+				SimulateShare: float64(s.SimulateNs) / float64(*searchNs), IdleShare: float64(s.IdleNs) / float64(*searchNs)})
+		}
+		return out, err
+	}
+	return e, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func demo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o demoOpts
+	demoFlags(fs, &o)
+	fs.IntVar(&o.moves, "moves", 0, "moves to play (0: until the game is won)")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON summary object instead of the boards and table")
+	fs.BoolVar(&o.quiet, "quiet", false, "print the moves and the summary but not the boards")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.cpuProfile != "" {
+		stop, err := startProfile(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "mctsbench demo: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
+	if o.moves < 0 {
+		fmt.Fprintln(stderr, "mctsbench demo: -moves must be ≥ 0")
+		return 2
+	}
+	sum, err := runDemo(o, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "mctsbench demo: %v\n", err)
+		return 1
+	}
+	if sum == nil {
+		return 0 // a rank other than 0
+	}
+	if o.asJSON {
+		if err := json.NewEncoder(stdout).Encode(sum); err != nil {
+			return 1
+		}
+		return 0
+	}
+	printSummary(stdout, sum)
+	return 0
+}
+
+// runDemo plays a game of Hex against itself with the configured search.
+// Rank 0 returns the summary, other ranks nil.
+func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
+	state, err := mcts.NewHex(o.board)
+	if err != nil {
+		return nil, err
+	}
+	tty := isTerminal(stderr) && !o.asJSON
+	moveNo := 0
+	progress := func(done, budget int) {
+		if tty {
+			fmt.Fprintf(stderr, "\r  move %d: %3d%% (%d/%d visits)", moveNo+1, done*100/budget, done, budget)
+		}
+	}
+	var searchNs int64
+	e, err := startEngine(o, progress, &searchNs, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if !e.rank0 {
+		_, err := e.close()
+		return nil, err
+	}
+	sum := &DemoSummary{Config: o.config(), Board: fmt.Sprintf("%dx%d", o.board, o.board), Mode: o.mode, Transport: o.transport, VisitsPerMove: o.visits}
+	if o.seq {
+		sum.Mode, sum.Transport = "", ""
+	}
+	if !o.asJSON {
+		fmt.Fprintf(stdout, "Seriema for Go: distributed MCTS playing Hex %s against itself, %s (%s), %d visits per move\n\n",
+			sum.Board, describeConfig(o), strings.TrimSpace(o.mode+" "+o.transport), o.visits)
+	}
+	var visits, sims int
+	var elapsed time.Duration
+	var searchErr error
+	for ; o.moves == 0 || moveNo < o.moves; moveNo++ {
+		if state.Winner() >= 0 {
+			break
+		}
+		r, err := e.search(context.Background(), state)
+		if tty {
+			fmt.Fprint(stderr, "\r\033[K")
+		}
+		if err != nil {
+			searchErr = fmt.Errorf("move %d: %w", moveNo+1, err)
+			break
+		}
+		mover := state.Board.ToMove()
+		if err := state.Play(r.Move); err != nil {
+			searchErr = err
+			break
+		}
+		visits, sims, elapsed = visits+r.Rollouts, sims+r.Simulations, elapsed+r.Elapsed
+		sum.Moves = append(sum.Moves, r.MoveName)
+		if !o.asJSON {
+			wr := 0.0
+			for _, c := range r.Children {
+				if c.Move == r.Move {
+					wr = c.WinRate
+				}
+			}
+			fmt.Fprintf(stdout, "move %3d  %-5s %-4s  win rate %.2f  %6.0f ms  %6.0f visits/ms  %7.0f simulations/ms\n",
+				moveNo+1, mover, r.MoveName, wr, float64(r.Elapsed)/1e6, r.VisitsPerMs(), r.SimulationsPerMs())
+			if !o.quiet {
+				fmt.Fprintln(stdout, state.String())
+			}
+		}
+	}
+	if w := state.Winner(); w >= 0 {
+		sum.Winner = state.Board.Winner().String()
+	}
+	sum.SearchMs = float64(elapsed) / 1e6
+	searchNs = max(int64(elapsed), 1)
+	if elapsed > 0 {
+		sum.VisitsPerMs = float64(visits) / sum.SearchMs
+		sum.SimulationsPerMs = float64(sims) / sum.SearchMs
+	}
+	work, err := e.close()
+	sum.Threads = work
+	if searchErr != nil {
+		return nil, searchErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+func describeConfig(o demoOpts) string {
+	if o.seq {
+		return "sequential baseline (one thread, no fabric)"
+	}
+	return fmt.Sprintf("%d process(es) × %d thread(s)", o.procs, o.threads)
+}
+
+func printSummary(w io.Writer, s *DemoSummary) {
+	result := "unfinished"
+	if s.Winner != "" {
+		result = s.Winner + " wins"
+	}
+	fmt.Fprintf(w, "\nSummary: %s, %s, %d moves, %s\n", s.Config, s.Board, len(s.Moves), result)
+	fmt.Fprintf(w, "  search time      %.1f s\n", s.SearchMs/1000)
+	fmt.Fprintf(w, "  visits/ms        %.1f (global)\n", s.VisitsPerMs)
+	fmt.Fprintf(w, "  simulations/ms   %.1f (global)\n", s.SimulationsPerMs)
+	fmt.Fprintf(w, "  moves            %s\n\n", strings.Join(s.Moves, " "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "thread\trank\tplayouts\tleaves\tnodes\trollouts started\tcalls received\tplayout time\tidle time\t")
+	for _, t := range s.Threads {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f%%\t%.0f%%\t\n", t.Thread, t.Rank, t.Playouts, t.Leaves, t.Nodes, t.Rollouts, t.Calls, 100*t.SimulateShare, 100*t.IdleShare)
+	}
+	tw.Flush()
+}
+
+// startProfile writes this process's CPU profile to prefix.rankN (N from
+// the launcher's environment, 0 for the first process).
+func startProfile(prefix string) (func(), error) {
+	rank := "0"
+	for _, v := range []string{dsfabric.EnvRank, "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"} {
+		if r := os.Getenv(v); r != "" {
+			rank = r
+			break
+		}
+	}
+	f, err := os.Create(prefix + ".rank" + rank)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
