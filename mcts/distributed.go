@@ -334,7 +334,8 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 		n += w.startRollouts()
 		w.runTodo()
 		w.flushDirty()
-		if round++; n == 0 || round%flushEvery == 0 {
+		round++
+		if n == 0 || round%flushEvery == 0 {
 			if err := w.agg.Flush(); err != nil {
 				d.fail(fmt.Errorf("mcts: thread %d: %w", w.id, err))
 			}
@@ -342,12 +343,16 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 		if err := m.Err(); err != nil {
 			d.fail(err)
 		}
-		select {
-		case <-d.f.Done():
-			return
-		case <-d.failed:
-			return
-		default:
+		if round%64 == 0 || n == 0 {
+			// A select locks both channels: not on every busy round,
+			// where threads of one process would contend for them.
+			select {
+			case <-d.f.Done():
+				return
+			case <-d.failed:
+				return
+			default:
+			}
 		}
 		now := nowIfIdle(n)
 		if n > 0 && !idleSince.IsZero() {
@@ -577,6 +582,18 @@ func (w *worker) do(a *action) {
 	}
 }
 
+func (w *worker) popSim() (simRequest, bool) {
+	w.simMu.Lock()
+	defer w.simMu.Unlock()
+	if len(w.sims) == 0 {
+		return simRequest{}, false
+	}
+	r := w.sims[0]
+	w.sims[0] = simRequest{}
+	w.sims = w.sims[1:]
+	return r, true
+}
+
 // queueSim hands leaf n to a random worker thread of this process.
 func (w *worker) queueSim(n *node, e uint32) {
 	o := w.d.workers[w.rng.IntN(len(w.d.workers))]
@@ -587,16 +604,17 @@ func (w *worker) queueSim(n *node, e uint32) {
 
 // simulate evaluates one queued leaf and starts its backpropagation; false
 // when none is queued.
+// A thread whose own queue is empty takes from another local thread's
+// (work stealing: random placement alone leaves one thread idle while
+// another has a backlog).
 func (w *worker) simulate() bool {
-	w.simMu.Lock()
-	if len(w.sims) == 0 {
-		w.simMu.Unlock()
+	r, ok := w.popSim()
+	for i := 1; !ok && i < len(w.d.workers); i++ {
+		r, ok = w.d.workers[(int(w.id-w.d.base)+i)%len(w.d.workers)].popSim()
+	}
+	if !ok {
 		return false
 	}
-	r := w.sims[0]
-	w.sims[0] = simRequest{}
-	w.sims = w.sims[1:]
-	w.simMu.Unlock()
 	n := r.n
 	t0 := time.Now()
 	wins := evaluate(n.state, n.winner, n.toMove, w.d.cfg.Playouts, w.rng.Uint64())

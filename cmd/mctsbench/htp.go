@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/seriema-go/seriema/hex"
+	"github.com/seriema-go/seriema/mcts"
+)
+
+// htp serves the Hex Text Protocol on stdin/stdout; genmove runs the
+// configured search (sequential with -seq, else distributed).
+func htp(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("htp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o demoOpts
+	demoFlags(fs, &o)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var searchNs int64 = 1
+	e, err := startEngine(o, nil, &searchNs, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "mctsbench htp: %v\n", err)
+		return 1
+	}
+	if !e.rank0 {
+		if _, err := e.close(); err != nil {
+			fmt.Fprintf(stderr, "mctsbench htp: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	engine := &hex.HTP{Name: "seriema-mcts", Version: "1.0", GenMove: func(ctx context.Context, b hex.Board) (hex.Cell, error) {
+		r, err := e.search(ctx, &mcts.HexState{Board: b})
+		if err != nil {
+			return 0, err
+		}
+		return hex.Cell(r.Move), nil
+	}}
+	serr := engine.Serve(context.Background(), stdin, stdout)
+	if _, err := e.close(); serr == nil {
+		serr = err
+	}
+	if serr != nil {
+		fmt.Fprintf(stderr, "mctsbench htp: %v\n", serr)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/seriema-go/seriema/internal/chart"
+)
+
+// ScaleResult is one configuration of the scaling figure (the paper's
+// Fig. 3): the median over repetitions of the global simulations/ms.
+type ScaleResult struct {
+	Config           string  `json:"config"`
+	SimulationsPerMs float64 `json:"simulations_per_ms"`
+	VisitsPerMs      float64 `json:"visits_per_ms"`
+	VsSeq            float64 `json:"vs_seq,omitempty"`
+	Vs1x1            float64 `json:"vs_1x1,omitempty"`
+	Reps             int     `json:"reps"`
+}
+
+type scaleOpts struct {
+	configs              []string
+	board, visits, moves int
+	reps                 int
+	mode, transport, png string
+	seed                 uint64
+	asJSON               bool
+	command              func(args []string) *exec.Cmd // runs `mctsbench args...`
+}
+
+// parseConfig reads "seq" or "PxT".
+func parseConfig(s string) (procs, threads int, seq bool, err error) {
+	if s == "seq" {
+		return 1, 1, true, nil
+	}
+	p, t, ok := strings.Cut(s, "x")
+	procs, err1 := strconv.Atoi(p)
+	threads, err2 := strconv.Atoi(t)
+	if !ok || err1 != nil || err2 != nil || procs < 1 || threads < 1 {
+		return 0, 0, false, fmt.Errorf("bad configuration %q (want seq or PxT, e.g. 2x1)", s)
+	}
+	return procs, threads, false, nil
+}
+
+func scale(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o scaleOpts
+	configs := fs.String("configs", "seq,1x1,1x2,2x1", "comma-separated configurations: seq (no fabric) or PxT")
+	fs.IntVar(&o.board, "board", 11, "board side")
+	fs.IntVar(&o.visits, "visits", 40000, "rollouts per move")
+	fs.IntVar(&o.moves, "moves", 4, "moves searched per run, from the empty board")
+	fs.IntVar(&o.reps, "reps", 3, "repetitions per configuration (median reported; configurations interleaved)")
+	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
+	fs.StringVar(&o.transport, "transport", "shm", "shm or tcp")
+	fs.StringVar(&o.png, "png", "", "also draw the figure into this PNG file")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed of every run")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per configuration")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.configs = strings.Split(*configs, ",")
+	for _, c := range o.configs {
+		if _, _, _, err := parseConfig(c); err != nil {
+			fmt.Fprintf(stderr, "mctsbench scale: %v\n", err)
+			return 2
+		}
+	}
+	if o.reps < 1 || o.moves < 1 {
+		fmt.Fprintln(stderr, "mctsbench scale: -reps and -moves must be at least 1")
+		return 2
+	}
+	o.command = func(args []string) *exec.Cmd {
+		exe, err := os.Executable()
+		if err != nil {
+			exe = os.Args[0]
+		}
+		return exec.Command(exe, args...)
+	}
+	rs, err := runScale(o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "mctsbench scale: %v\n", err)
+		return 1
+	}
+	if o.png != "" {
+		if err := scaleChart(o, rs); err != nil {
+			fmt.Fprintf(stderr, "mctsbench scale: %v\n", err)
+			return 1
+		}
+	}
+	printScale(stdout, rs, o.asJSON)
+	return 0
+}
+
+// runScale runs every configuration reps times as `mctsbench demo -json`,
+// interleaving the configurations so that drift of a noisy machine spreads
+// over all of them.
+func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
+	sims := make([][]float64, len(o.configs))
+	visits := make([][]float64, len(o.configs))
+	for rep := 0; rep < o.reps; rep++ {
+		for i, c := range o.configs {
+			procs, threads, seq, _ := parseConfig(c)
+			args := []string{"demo", "-json", "-board", strconv.Itoa(o.board), "-visits", strconv.Itoa(o.visits),
+				"-moves", strconv.Itoa(o.moves), "-seed", strconv.FormatUint(o.seed, 10), "-mode", o.mode, "-transport", o.transport,
+				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads)}
+			if seq {
+				args = append(args, "-seq")
+			}
+			fmt.Fprintf(progress, "scale: %s, repetition %d of %d\n", c, rep+1, o.reps)
+			cmd := o.command(args)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			out, err := cmd.Output()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v\n%s", c, err, errb.String())
+			}
+			var s DemoSummary
+			if err := json.Unmarshal(bytes.TrimSpace(out), &s); err != nil {
+				return nil, fmt.Errorf("%s: unreadable summary %q: %v", c, out, err)
+			}
+			if s.Config != c || s.SimulationsPerMs <= 0 {
+				return nil, fmt.Errorf("%s: summary of %q with %v simulations/ms", c, s.Config, s.SimulationsPerMs)
+			}
+			sims[i] = append(sims[i], s.SimulationsPerMs)
+			visits[i] = append(visits[i], s.VisitsPerMs)
+		}
+	}
+	rs := make([]ScaleResult, len(o.configs))
+	var seqRate, oneRate float64
+	for i, c := range o.configs {
+		rs[i] = ScaleResult{Config: c, SimulationsPerMs: median(sims[i]), VisitsPerMs: median(visits[i]), Reps: o.reps}
+		switch c {
+		case "seq":
+			seqRate = rs[i].SimulationsPerMs
+		case "1x1":
+			oneRate = rs[i].SimulationsPerMs
+		}
+	}
+	for i := range rs {
+		if seqRate > 0 {
+			rs[i].VsSeq = rs[i].SimulationsPerMs / seqRate
+		}
+		if oneRate > 0 {
+			rs[i].Vs1x1 = rs[i].SimulationsPerMs / oneRate
+		}
+	}
+	return rs, nil
+}
+
+func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, r := range rs {
+			enc.Encode(r)
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.2f\t%.2f\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1)
+	}
+	tw.Flush()
+}
+
+func scaleChart(o scaleOpts, rs []ScaleResult) error {
+	ch := &chart.Chart{Title: fmt.Sprintf("mcts on hex %dx%d: simulations/ms (%s, %s)", o.board, o.board, o.mode, o.transport), YLabel: "simulations/ms"}
+	s := chart.Series{Name: "simulations/ms (median of " + strconv.Itoa(o.reps) + ")"}
+	for _, r := range rs {
+		ch.Categories = append(ch.Categories, r.Config)
+		s.Values = append(s.Values, r.SimulationsPerMs)
+	}
+	ch.Series = []chart.Series{s}
+	f, err := os.Create(o.png)
+	if err != nil {
+		return err
+	}
+	if err := ch.WritePNG(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
