@@ -526,11 +526,15 @@ func (w *worker) do(a *action) {
 		w.queueSim(n, e)
 	case kindCreated:
 		n := w.lookup(ref{a.owner, a.w[1]}, e)
-		if n == nil || int(a.w[2]) >= len(n.slots) {
+		if n == nil {
 			return
 		}
 		child := ref{a.w[3], a.w[4]}
 		n.mu.Lock()
+		if int(a.w[2]) >= len(n.slots) {
+			n.mu.Unlock()
+			return
+		}
 		s := &n.slots[a.w[2]]
 		s.child, s.created = child, true
 		k := s.deferred
@@ -541,11 +545,15 @@ func (w *worker) do(a *action) {
 		}
 	case kindBackprop:
 		n := w.lookup(ref{a.owner, a.w[1]}, e)
-		if n == nil || int(a.w[2]) >= len(n.slots) {
+		if n == nil {
 			return
 		}
 		wins, cnt, rollouts := a.w[3], a.w[4], a.w[5]
 		n.mu.Lock()
+		if int(a.w[2]) >= len(n.slots) || wins > cnt {
+			n.mu.Unlock()
+			return
+		}
 		n.addWins(int(a.w[2]), wins)
 		if n.root {
 			n.mu.Unlock()

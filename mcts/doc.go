@@ -1,6 +1,67 @@
-// Package mcts will hold the tree-parallel distributed Monte-Carlo Tree
-// Search of DESIGN.md §7 (the paper's §5.3) over a Game interface, plus a
-// sequential MCTS with the same policy as the baseline.
+// Package mcts is Monte-Carlo Tree Search over a Game interface: a
+// sequential search, the baseline, and the tree-parallel distributed search
+// of DESIGN.md §7 (the paper's §5.3) over riutils Aggregators. The game
+// holds no search and no communication code; Hex (package hex) is adapted
+// by HexState.
 //
-// Not implemented yet: tracked by the MCTS/Hex issue.
+// # Policy (both searches)
+//
+// A rollout descends from the root by UCB — a child's score is
+// wins/visits + C·sqrt(ln(parent visits)/visits) — until it reaches a node
+// with untried moves, expands one of them at random, evaluates the new leaf
+// with Config.Playouts random playouts (16, as in the paper; a won position
+// needs none) and backpropagates the result. A phase runs Config.Budget
+// rollouts from the position to move; the most visited child is played.
+//
+//	s, _ := mcts.NewHex(11)
+//	r, _ := mcts.Sequential(ctx, s, mcts.DefaultConfig())
+//	fmt.Println(r.MoveName, r.SimulationsPerMs())
+//
+// # The distributed search
+//
+// Every process of the job calls Start with the same arguments; rank 0 then
+// calls Search per move and Close at the end, the others Serve and Close:
+//
+//	d, err := mcts.Start(ctx, mcts.Hex{}, cfg, dsfabric.Config{Procs: 2})
+//	if d.Rank() != 0 {
+//		d.Serve(ctx)
+//		d.Close()
+//		return
+//	}
+//	r, err := d.Search(ctx, state)
+//	stats, err := d.Close() // work per thread
+//
+// Each node is owned by a worker thread chosen uniformly at random among all
+// threads of the job; only its owner's process touches it. The root is owned
+// by thread 0, and the threads of rank 0 start the rollouts, at most
+// Config.InFlight at once. A rollout at a node owned elsewhere continues as a
+// call to the owner (descend); with the local shortcut (the default) a node
+// of the same process is worked on directly under its mutex, with
+// Config.NoShortcut every step is a call, as in the paper's "only remote
+// calls" setting. Expansion sends the child's state with CallBuffer to the
+// new child's owner (create), which tells the parent where the child lives
+// (created). Rollouts that select a child whose notice is still on its way
+// wait in the parent (deferred selection) and continue when it arrives.
+// Every new leaf is queued for evaluation at a random worker thread of its
+// owner's process (threads with empty queues take from their neighbours');
+// its result climbs the tree by calls (backprop), and each node combines
+// the results that reach it in one round of its owner's loop into one call
+// to its parent. Virtual loss: selection charges a child its playouts at
+// once, wins arrive later, so concurrent rollouts spread out.
+//
+// Every call carries the phase's epoch: calls left over from an earlier move
+// are dropped, and a thread's nodes are discarded when it first sees a newer
+// epoch. Handlers only decode and queue; the worker loop does the work and
+// sends, so no handler ever waits for a full messenger.
+//
+// Calls go through one Aggregator per thread, in Config.Mode (trad or ovfl),
+// flushed every round of the loop. The calls' byte formats are in wire.go
+// and docs/wire.md.
+//
+// # Work accounting
+//
+// Result.Rollouts always equals the budget (every rollout comes back to the
+// root), Result.Simulations is Rollouts × Playouts, and Stats gives each
+// thread's playouts, evaluated leaves, created nodes, started rollouts,
+// received calls and the time it spent in playouts and waiting.
 package mcts

@@ -6,9 +6,9 @@
 //	                  [-reps R] [-transport shm|tcp] [-json]
 //	mctsbench latency [-size 8] [-n N] [-json]
 //	mctsbench htp     (Hex engine on stdin/stdout)
+//	mctsbench scale   [-configs seq,1x1,1x2,2x1] [-visits V] [-moves M] [-png F] [-json]
 //
-// See DESIGN.md §8. Subcommands and modes whose layers are not built yet say
-// so and exit with status 2 rather than pretend.
+// See DESIGN.md §8.
 package main
 
 import (
@@ -19,9 +19,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// pending names, for each subcommand not built yet, what it waits for.
-var pending = map[string]string{}
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale [flags]  (mctsbench SUBCOMMAND -h for flags)")
@@ -44,13 +41,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "scale":
 		return scale(args[1:], stdout, stderr)
 	}
-	what, ok := pending[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
-		usage(stderr)
-		return 2
-	}
-	fmt.Fprintf(stderr, "mctsbench %s: not available yet.\nIt will run %s.\nThose layers are not built yet: see the open issues and README.md.\n", args[0], what)
+	fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
+	usage(stderr)
 	return 2
 }
 

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// childArgsEnv carries the mctsbench command a process started by the scale
+// test runs.
+const childArgsEnv = "SERIEMA_TEST_MCTSBENCH_ARGS"
+
+// runDemoJSON runs demo with args in this process (ranks other than 0
+// self-launched as test binaries running the same command) and returns its
+// summary.
+func runDemoJSON(t *testing.T, args ...string) DemoSummary {
+	t.Helper()
+	args = append([]string{"demo", "-json"}, args...)
+	t.Setenv(microArgsEnv, strings.Join(args, " "))
+	var out, errb bytes.Buffer
+	if code := run(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var s DemoSummary
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	return s
+}
+
+// TestDemoSmoke plays short games of every kind: sequential, 1×2 and 2×1 in
+// both aggregation modes, and checks the summary's schema and sums.
+func TestDemoSmoke(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		cfg  string
+		thr  int
+	}{
+		{"seq", []string{"-seq"}, "seq", 1},
+		{"1x2", []string{"-procs", "1", "-threads", "2"}, "1x2", 2},
+		{"2x1-trad", []string{"-procs", "2", "-mode", "trad"}, "2x1", 2},
+		{"2x1-ovfl-tcp", []string{"-procs", "2", "-mode", "ovfl", "-transport", "tcp"}, "2x1", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := runDemoJSON(t, append([]string{"-board", "5", "-visits", "300", "-seed", "2"}, c.args...)...)
+			if s.Config != c.cfg || s.Board != "5x5" || s.VisitsPerMs <= 0 || s.SimulationsPerMs <= 0 {
+				t.Errorf("summary %+v", s)
+			}
+			if s.Winner == "" || len(s.Moves) < 5 || len(s.Moves) > 25 {
+				t.Errorf("a 5×5 game to the end: %d moves, winner %q", len(s.Moves), s.Winner)
+			}
+			if len(s.Threads) != c.thr {
+				t.Fatalf("%d threads reported, want %d", len(s.Threads), c.thr)
+			}
+			var rollouts uint64
+			for _, w := range s.Threads {
+				rollouts += w.Rollouts
+			}
+			if rollouts != uint64(300*len(s.Moves)) {
+				t.Errorf("%d rollouts started, want %d", rollouts, 300*len(s.Moves))
+			}
+		})
+	}
+}
+
+func TestDemoTextOutput(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"demo", "-seq", "-board", "4", "-visits", "200", "-moves", "2"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"move   1  black", "move   2  white", "a b c d", "Summary: seq, 4x4, 2 moves, unfinished", "simulations/ms", "thread"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, bad := range [][]string{{"demo", "-mode", "x"}, {"demo", "-board", "20"}, {"demo", "-transport", "ib"}, {"demo", "-moves", "-1"}, {"scale", "-configs", "3y2"}} {
+		if code := run(bad, nil, &out, &errb); code == 0 {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestHTPCommand drives `mctsbench htp` with a scripted session, with the
+// sequential search and with a 2-process job behind genmove.
+func TestHTPCommand(t *testing.T) {
+	for _, c := range [][]string{{"-seq"}, {"-procs", "2"}} {
+		t.Run(c[0], func(t *testing.T) {
+			args := append([]string{"htp", "-visits", "500", "-seed", "3"}, c...)
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			in := "name\nboardsize 3\ngenmove b\nplay w b2\nplay w b2\nshowboard\nquit\n"
+			var out, errb bytes.Buffer
+			if code := run(args, strings.NewReader(in), &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			replies := strings.Split(out.String(), "\n\n")
+			if len(replies) < 6 {
+				t.Fatalf("replies %q", replies)
+			}
+			// genmove on the empty 3×3 board plays the winning centre; White
+			// playing there is then refused, twice alike.
+			occupied := "? illegal move b2: hex: cell is occupied: b2"
+			for i, w := range []string{"= seriema-mcts", "= ", "= b2", occupied, occupied} {
+				if replies[i] != w {
+					t.Errorf("reply %d: %q, want %q", i, replies[i], w)
+				}
+			}
+			if !strings.Contains(replies[5], "X") {
+				t.Errorf("showboard: %q", replies[5])
+			}
+		})
+	}
+}
+
+// TestScaleSmoke runs the scaling figure with tiny runs and checks the JSON
+// and the PNG.
+func TestScaleSmoke(t *testing.T) {
+	dir := t.TempDir()
+	pngPath := filepath.Join(dir, "scale.png")
+	o := scaleOpts{configs: []string{"seq", "1x1", "2x1"}, board: 5, visits: 300, moves: 2, reps: 1, mode: "trad", transport: "shm", seed: 1, png: pngPath}
+	o.command = func(args []string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join(args, " "))
+		return cmd
+	}
+	var progress bytes.Buffer
+	rs, err := runScale(o, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || rs[0].Config != "seq" || rs[0].VsSeq != 1 || rs[1].Vs1x1 != 1 || rs[2].SimulationsPerMs <= 0 {
+		t.Fatalf("results %+v", rs)
+	}
+	if err := scaleChart(o, rs); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	printScale(&b, rs, true)
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["config"] == nil || m["simulations_per_ms"] == nil {
+			t.Errorf("scale JSON line %q: %v", l, err)
+		}
+	}
+}
