@@ -70,10 +70,40 @@
 // Broadcast and BroadcastBuffer make one one-sided call to every worker
 // thread of the job.
 //
-// Not built yet (see the open issue): one-sided CallBuffer variants other
-// than the side-by-side buffer, Synchronizer notifications over one-sided
-// writes, a process-level poller; RetryAsync drains on the calling thread
-// rather than in a helper goroutine.
+// # Table 1, one-sided
+//
+// Every primitive of the paper's Table 1 has a one-sided form here:
+//
+//	Call, CallBuffer   the buffer travels inside the record
+//	CallBufferWrite    one-sided write of a registered buffer into the
+//	                   destination's registered memory, then the record
+//	                   (same queue pair, in order: the handler sees the bytes)
+//	CallBufferRead     the destination reads the caller's registered buffer
+//	                   into its own memory, then runs the handler
+//	CallReturn         the result comes back by one write into a RemoteObject
+//	                   (RemoteValue[T] decodes it)
+//	Broadcast(Buffer)  one call per worker thread of the job
+//	CallSync           any call with an Executed notification
+//
+// A Synchronizer is a counter in the caller's registered memory: each callee
+// decrements it with a one-sided FetchAdd after its handler ran, and Wait
+// polls it (running the thread's own calls meanwhile). No message comes back.
+//
+// # Who polls
+//
+// The receiving thread polls its own messengers (Poll), or a Poller — a
+// process-level consumer driven by one goroutine — runs the calls of some
+// threads on their behalf (NewPoller): handlers then run on the Poller's
+// goroutine with Call.Dst naming the thread, and the thread's own Poll only
+// sends calls RetryAsync kept. A Poll from inside a handler runs nothing: the
+// records being run must not move. A call made from a handler that finds its
+// messenger full therefore waits without running this thread's calls; prefer
+// an Ovfl Aggregator or RetryAsync in handlers, or queue the work and send it
+// from the thread's loop (package mcts does).
+//
+// RetryAsync sends kept calls from the calling thread, on its next call, Poll
+// or Flush, not from a helper goroutine: a helper would share the sender's
+// ring and chunk state with the thread and need a lock on every call.
 //
 // Byte formats are in wire.go and docs/wire.md.
 package riutils

@@ -92,6 +92,8 @@ type Process struct {
 	zone     *alloc.ZoneAllocator
 	zoneMu   sync.Mutex
 	inboxes  []*inbox // by local thread rank
+	msgrs    []*Messengers
+	msgrsMu  sync.Mutex
 	allocID  dsfabric.HandlerID
 	bound    chan struct{} // closed by Bind
 }
@@ -120,7 +122,7 @@ func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
 	p.allocID = id
 	// Reserve the names of the records the receiver handles itself, so no
 	// user handler takes their IDs.
-	for _, name := range []string{batchHandlerName, returnHandlerName} {
+	for _, name := range []string{batchHandlerName, returnHandlerName, extHandlerName} {
 		if _, err := h.Register(name, func(*dsfabric.Call, []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: a riutils record, not a call", ErrProtocol)
 		}); err != nil {
@@ -140,6 +142,7 @@ func (p *Process) Bind(f *dsfabric.Fabric) error {
 		return err
 	}
 	p.zone = z
+	p.msgrs = make([]*Messengers, f.Names().ThreadsPerProcess)
 	p.inboxes = make([]*inbox, f.Names().ThreadsPerProcess)
 	for i := range p.inboxes {
 		p.inboxes[i] = &inbox{senders: xsync.NewMapOf[dsfabric.ThreadID, *incoming]()}
@@ -240,18 +243,20 @@ func (in *incoming) take() [][]byte {
 // and the receiving side for every thread that sends to it. It belongs to
 // that thread: no two goroutines may use one at once.
 type Messengers struct {
-	p       *Process
-	f       *dsfabric.Fabric
-	self    dsfabric.ThreadID
-	out     map[dsfabric.ThreadID]*sender
-	in      []*receiver
-	inbox   *inbox
-	ring    *alloc.LinearCircular // records and feedback words being written
-	fbReg   *alloc.Region         // feedback words, one per destination thread
-	stats   Stats
-	closed  map[dsfabric.ThreadID]error // destinations that closed their messenger
-	async   *Aggregator                 // RetryAsync: an ovfl aggregator keeping calls that do not fit
-	scratch []byte                      // CallReturn's argument buffer, reused
+	p         *Process
+	f         *dsfabric.Fabric
+	self      dsfabric.ThreadID
+	out       map[dsfabric.ThreadID]*sender
+	rx        rxState // the receiving side: polled by the thread or its Poller
+	delegated bool    // a Poller polls the receiving side
+	inbox     *inbox
+	ring      *alloc.LinearCircular // records being written
+	fbReg     *alloc.Region         // feedback words, one per destination thread
+	syncs     *syncSlots            // counters of this thread's Synchronizers
+	stats     Stats
+	closed    map[dsfabric.ThreadID]error // destinations that closed their messenger
+	async     *Aggregator                 // RetryAsync: an ovfl aggregator keeping calls that do not fit
+	scratch   []byte                      // CallReturn's argument buffer, reused
 }
 
 // Stats counts a thread's messenger activity.
@@ -259,8 +264,9 @@ type Stats struct {
 	Calls, Received, Rotations, Grows, UnknownHandlers int64
 }
 
-// Messengers returns the messengers of local worker thread t. Call it from
-// that thread.
+// Messengers returns the messengers of local worker thread t, the same ones
+// on every call. Use them from that thread only (a Poller may take over the
+// receiving side).
 func (p *Process) Messengers(t int) (*Messengers, error) {
 	f := p.f.Load()
 	if f == nil {
@@ -270,11 +276,22 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.msgrsMu.Lock()
+	defer p.msgrsMu.Unlock()
+	if m := p.msgrs[t]; m != nil {
+		return m, nil
+	}
 	z, err := alloc.NewZoneAllocator(f.Process().Registry(), alloc.ZoneConfig{SuperchunkSize: 16 << 20, ChunkSize: 1 << 20})
 	if err != nil {
 		return nil, err
 	}
-	ring, err := alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: max(256<<10, p.cfg.ChunkSize), InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8})
+	ring, err := newRing(z, max(256<<10, p.cfg.ChunkSize))
+	if err != nil {
+		return nil, err
+	}
+	// The receiving side writes feedback and replies from its own ring, so
+	// that a Poller can run it while the thread sends.
+	rxRing, err := newRing(z, 64<<10)
 	if err != nil {
 		return nil, err
 	}
@@ -284,10 +301,16 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	}
 	m := &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, closed: map[dsfabric.ThreadID]error{},
 		inbox: p.inboxes[t], ring: ring, fbReg: fbReg}
+	m.rx.ring = rxRing
 	if p.cfg.Policy == RetryAsync {
 		m.async = &Aggregator{m: m, cfg: AggregatorConfig{Mode: Ovfl, MaxExceeding: p.cfg.MaxAsyncBytes}, out: map[dsfabric.ThreadID]*aggDst{}}
 	}
+	p.msgrs[t] = m
 	return m, nil
+}
+
+func newRing(z *alloc.ZoneAllocator, unit int) (*alloc.LinearCircular, error) {
+	return alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: unit, InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8})
 }
 
 // Flush sends the calls RetryAsync keeps, waiting (polling this thread's
@@ -331,18 +354,29 @@ func (m *Messengers) Kept() int {
 // ID returns the thread the messengers belong to.
 func (m *Messengers) ID() dsfabric.ThreadID { return m.self }
 
-// Stats returns the counters.
-func (m *Messengers) Stats() Stats { return m.stats }
+// Stats returns the counters. With a Poller, Received and UnknownHandlers
+// are the Poller's to report (Poller.Stats).
+func (m *Messengers) Stats() Stats {
+	s := m.stats
+	if !m.delegated {
+		s.Received, s.UnknownHandlers = m.rx.stats.Received, m.rx.stats.UnknownHandlers
+	}
+	return s
+}
 
 // alloc returns n bytes of registered memory for an outgoing write, making
 // room by flushing when every unit is still in flight.
 func (m *Messengers) alloc(tx *dtutils.Transmitter, n int) (alloc.Memory, error) {
-	b, err := m.ring.Alloc(n)
+	return allocFrom(m.ring, tx, n)
+}
+
+func allocFrom(ring *alloc.LinearCircular, tx *dtutils.Transmitter, n int) (alloc.Memory, error) {
+	b, err := ring.Alloc(n)
 	if errors.Is(err, alloc.ErrBusy) {
 		if err := tx.Flush(context.Background()); err != nil {
 			return alloc.Memory{}, err
 		}
-		b, err = m.ring.Alloc(n)
+		b, err = ring.Alloc(n)
 	}
 	return b, err
 }

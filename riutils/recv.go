@@ -26,10 +26,41 @@ type receiver struct {
 	call     dsfabric.Call
 }
 
+// rxState is the receiving side of a thread's messengers.
+type rxState struct {
+	in      []*receiver
+	ring    *alloc.LinearCircular // feedback words and replies being written
+	stats   Stats                 // Received and UnknownHandlers
+	polling bool                  // a poll is running: handlers must not poll again
+}
+
 // Poll runs the calls written to this thread, in each sender's order, and
-// returns how many ran. Handlers get a *dsfabric.Call valid only until they
-// return.
+// returns how many ran; with RetryAsync it also sends kept calls. Handlers
+// get a *dsfabric.Call valid only until they return. A Poll from inside a
+// handler (directly, or by a call that waits for room) runs no calls: the
+// records being run must stay where they are. With a Poller, the Poller
+// runs the calls and Poll only sends kept calls.
 func (m *Messengers) Poll() int {
+	n := 0
+	if !m.delegated {
+		n = m.pollIn()
+	}
+	if m.async != nil {
+		if err := m.drainAsync(); err != nil {
+			m.p.log.Warn("riutils: sending kept calls", "err", err)
+		}
+	}
+	return n
+}
+
+// pollIn runs the calls of every incoming messenger.
+func (m *Messengers) pollIn() int {
+	rx := &m.rx
+	if rx.polling {
+		return 0
+	}
+	rx.polling = true
+	defer func() { rx.polling = false }()
 	if m.inbox.fresh.Swap(false) {
 		m.inbox.senders.Range(func(src dsfabric.ThreadID, in *incoming) bool {
 			in.mu.Lock()
@@ -43,20 +74,15 @@ func (m *Messengers) Poll() int {
 		})
 	}
 	n := 0
-	live := m.in[:0]
-	for _, r := range m.in {
+	live := rx.in[:0]
+	for _, r := range rx.in {
 		n += r.poll()
 		if !r.done {
 			live = append(live, r)
 		}
 	}
-	clear(m.in[len(live):])
-	m.in = live
-	if m.async != nil {
-		if err := m.drainAsync(); err != nil {
-			m.p.log.Warn("riutils: sending kept calls", "err", err)
-		}
-	}
+	clear(rx.in[len(live):])
+	rx.in = live
 	return n
 }
 
@@ -68,13 +94,14 @@ func (m *Messengers) addReceiver(src dsfabric.ThreadID, in *incoming) {
 	if err != nil || r.chunks == nil {
 		r.err = fmt.Errorf("riutils: messenger from thread %d: %v", src, err)
 	}
-	m.in = append(m.in, r)
+	m.rx.in = append(m.rx.in, r)
 }
 
 // Err returns the first protocol error of any incoming messenger: each one
-// with an error is stopped, the others keep running.
+// with an error is stopped, the others keep running. With a Poller, ask the
+// Poller.
 func (m *Messengers) Err() error {
-	for _, r := range m.in {
+	for _, r := range m.rx.in {
 		if r.err != nil {
 			return r.err
 		}
@@ -139,7 +166,11 @@ func (r *receiver) dispatch(rec record) error {
 			if err != nil {
 				return err
 			}
-			if _, err := r.run(h, rec.src, args, buf); err != nil {
+			if h == extHandler {
+				if err := r.extended(args, buf); err != nil {
+					return err
+				}
+			} else if _, err := r.run(h, rec.src, args, buf); err != nil {
 				r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
 			}
 			b = b[size:]
@@ -148,6 +179,9 @@ func (r *receiver) dispatch(rec record) error {
 	}
 	if rec.handler == returnHandler {
 		return r.answer(rec.args)
+	}
+	if rec.handler == extHandler {
+		return r.extended(rec.args, rec.buf)
 	}
 	if _, err := r.run(rec.handler, rec.src, rec.args, rec.buf); err != nil {
 		r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(rec.handler)), "err", err)
@@ -159,9 +193,9 @@ func (r *receiver) dispatch(rec record) error {
 func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) ([]byte, error) {
 	m := r.m
 	fn, ok := m.p.handlers.Lookup(h)
-	m.stats.Received++
+	m.rx.stats.Received++
 	if !ok {
-		m.stats.UnknownHandlers++
+		m.rx.stats.UnknownHandlers++
 		m.p.log.Warn("riutils: call to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)))
 		return nil, fmt.Errorf("%w %#08x", dsfabric.ErrUnknownHandler, uint32(h))
 	}
@@ -198,7 +232,7 @@ func (r *receiver) finish(pw uint64) error {
 
 // feedback writes v into the sender's feedback word.
 func (r *receiver) feedback(v uint64) error {
-	mem, err := r.m.alloc(r.tx, 8)
+	mem, err := allocFrom(r.m.rx.ring, r.tx, 8)
 	if err != nil {
 		return err
 	}
@@ -219,7 +253,7 @@ func (r *receiver) shutdown() error {
 // down: its next call to this thread completes the handshake and fails with
 // ErrClosed, as do later ones.
 func (m *Messengers) RequestShutdown(src dsfabric.ThreadID) error {
-	for _, r := range m.in {
+	for _, r := range m.rx.in {
 		if r.src == src && !r.done {
 			r.request = fbRequest
 			return r.feedback(r.consumed | fbRequest)

@@ -121,7 +121,7 @@ func (r *receiver) answer(args []byte) error {
 		res = res[:max(0, capacity)]
 	}
 	size := replySize(len(res))
-	mem, err := r.m.alloc(r.tx, size)
+	mem, err := allocFrom(r.m.rx.ring, r.tx, size)
 	if err != nil {
 		return err
 	}
@@ -134,3 +134,29 @@ func (r *receiver) answer(args []byte) error {
 	dst, _ := loc.Sub(0, uint64(size))
 	return r.tx.Write(mem, dst)
 }
+
+// RemoteValue is the paper's RemoteObject<T>: a reply slot whose result is
+// decoded as a T (dsfabric.Decode: msgp methods, encoding.Binary*, or
+// msgpack).
+type RemoteValue[T any] struct {
+	obj *RemoteObject
+	m   *Messengers
+}
+
+// NewRemoteValue returns a slot for T results of at most capacity encoded
+// bytes, on m's thread.
+func NewRemoteValue[T any](m *Messengers, capacity int) (*RemoteValue[T], error) {
+	obj, err := m.NewRemoteObject(capacity)
+	if err != nil {
+		return nil, err
+	}
+	return &RemoteValue[T]{obj: obj, m: m}, nil
+}
+
+// Call runs h with arg (encoded) on thread dst and returns its result.
+func (v *RemoteValue[T]) Call(ctx context.Context, dst dsfabric.ThreadID, h dsfabric.HandlerID, arg any) (T, error) {
+	return CallReturnTyped[T](ctx, v.m, dst, h, arg, v.obj)
+}
+
+// Close releases the slot.
+func (v *RemoteValue[T]) Close() error { return v.obj.Close(v.m) }

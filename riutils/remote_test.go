@@ -59,6 +59,14 @@ func TestCallReturnRemoteObject(t *testing.T) {
 				if v, err := CallReturnTyped[int](ctx, m, 1, hInc, 7, obj); err != nil || v != 8 {
 					return fmt.Errorf("after errors: %d, %v", v, err)
 				}
+				rv, err := NewRemoteValue[int](m, 16)
+				if err != nil {
+					return err
+				}
+				defer rv.Close()
+				if v, err := rv.Call(ctx, 1, hInc, 99); err != nil || v != 100 {
+					return fmt.Errorf("RemoteValue: %d, %v", v, err)
+				}
 				return m.Call(1, hStop, nil)
 			})
 		})

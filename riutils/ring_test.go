@@ -73,10 +73,10 @@ func TestMessengerGrowthAndFail(t *testing.T) {
 				return err
 			}
 			s := snd.out[0]
-			if len(m.in) != 1 {
-				return fmt.Errorf("%d incoming messengers, want 1", len(m.in))
+			if len(m.rx.in) != 1 {
+				return fmt.Errorf("%d incoming messengers, want 1", len(m.rx.in))
 			}
-			return ringsSymmetric(s, m.in[0])
+			return ringsSymmetric(s, m.rx.in[0])
 		},
 		func(m *Messengers) error {
 			snd = m
@@ -332,7 +332,7 @@ func TestShutdownHandshake(t *testing.T) {
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
 			requested, ended := false, false
-			for !ended || len(m.in) > 0 {
+			for !ended || len(m.rx.in) > 0 {
 				select {
 				case n, ok := <-phase:
 					if !ok {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
 )
 
@@ -198,6 +199,75 @@ func nextInner(b []byte) (h dsfabric.HandlerID, args, buf []byte, size int, err 
 	}
 	d := b[innerHeader : innerHeader+na+nb : innerHeader+na+nb]
 	return dsfabric.HandlerID(binary.LittleEndian.Uint32(b)), d[:na], d[na:], size, nil
+}
+
+// Extension records carry the one-sided call variants: a buffer written or
+// to be read (CallBufferWrite, CallBufferRead) and an Executed notification
+// (CallSync and the variants with a Synchronizer). The record's handler is
+// extHandler; its arguments are
+//
+//	0   u32 handler ID of the call
+//	4   u32 flags: 1 buffer written to dest, 2 buffer to read from orig into
+//	    dest, 4 decrement the synchronizer after running; other bits 0
+//	8   alloc.Locator dest: the buffer in the receiver's memory (zero if unused)
+//	40  alloc.Locator orig: the buffer in the caller's memory (read only)
+//	72  alloc.Locator sync: the caller's 8-byte counter (notify only)
+//	104 the call's own arguments; a buffer carried inline follows as usual
+const (
+	extHandlerName = "riutils.ext"
+	extHeader      = 104
+	extWrite       = 1
+	extRead        = 2
+	extNotify      = 4
+)
+
+var extHandler = dsfabric.IDOf(extHandlerName)
+
+type ext struct {
+	handler          dsfabric.HandlerID
+	flags            uint32
+	dest, orig, sync alloc.Locator
+	args             []byte
+}
+
+func putExt(b []byte, h dsfabric.HandlerID, flags uint32, dest, orig, sync alloc.Locator) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(h))
+	b = binary.LittleEndian.AppendUint32(b, flags)
+	for _, l := range []alloc.Locator{dest, orig, sync} {
+		if l == (alloc.Locator{}) {
+			b = append(b, make([]byte, alloc.LocatorSize)...)
+		} else {
+			b, _ = l.AppendBinary(b)
+		}
+	}
+	return b
+}
+
+func parseExt(a []byte) (ext, error) {
+	var e ext
+	if len(a) < extHeader {
+		return e, fmt.Errorf("%w: extension record of %d argument bytes", ErrProtocol, len(a))
+	}
+	e.handler = dsfabric.HandlerID(binary.LittleEndian.Uint32(a))
+	e.flags = binary.LittleEndian.Uint32(a[4:])
+	if e.flags&^(extWrite|extRead|extNotify) != 0 || e.flags&(extWrite|extRead) == extWrite|extRead {
+		return e, fmt.Errorf("%w: extension flags %#x", ErrProtocol, e.flags)
+	}
+	used := [3]bool{e.flags&(extWrite|extRead) != 0, e.flags&extRead != 0, e.flags&extNotify != 0}
+	for i, l := range []*alloc.Locator{&e.dest, &e.orig, &e.sync} {
+		b := a[8+32*i : 40+32*i]
+		if !used[i] {
+			if string(b) != string(make([]byte, 32)) {
+				return e, fmt.Errorf("%w: unused extension locator %d is not zero", ErrProtocol, i)
+			}
+			continue
+		}
+		if err := l.UnmarshalBinary(b); err != nil {
+			return e, fmt.Errorf("%w: extension locator: %w", ErrProtocol, err)
+		}
+	}
+	e.args = a[extHeader:]
+	return e, nil
 }
 
 // Call-and-return. The call is a record for returnHandler whose arguments are

@@ -1,0 +1,271 @@
+package riutils
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+func pattern(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(i*7 + seed)
+	}
+}
+
+// TestOneSidedCallVariants (paper Table 1, §4.4): CallBufferWrite and
+// CallBufferRead move buffers of 1…4096 bytes one-sided and the handler sees
+// exactly those bytes; a Synchronizer is counted down by the callee's
+// one-sided FetchAdd once each call ran. Over shm and tcp.
+func TestOneSidedCallVariants(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			var hGet, hCheck, hCount, hStop dsfabric.HandlerID
+			var stop atomic.Bool
+			var ok, bad atomic.Int64
+			var dest *alloc.Region
+			job(t, 2, 1, tr, DefaultConfig(), func(hs *dsfabric.Handlers) {
+				hGet, _ = hs.Register("getbuf", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+					if dest == nil {
+						var err error
+						if dest, err = c.Fabric.Process().Registry().NewRegion(8192, alloc.RegionConfig{Name: "test-dest"}); err != nil {
+							return nil, err
+						}
+					}
+					l, _ := dest.Locator(0, 8192)
+					return l.AppendBinary(nil)
+				})
+				hCheck, _ = hs.Register("check", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+					seed, n := int(binary.LittleEndian.Uint32(a)), int(binary.LittleEndian.Uint32(a[4:]))
+					want := make([]byte, n)
+					pattern(want, seed)
+					if string(c.Buffer) != string(want) {
+						bad.Add(1)
+						return nil, fmt.Errorf("buffer of %d bytes differs (seed %d)", len(c.Buffer), seed)
+					}
+					ok.Add(1)
+					return nil, nil
+				})
+				hCount, _ = hs.Register("count", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+					return binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, uint64(ok.Load())), uint64(bad.Load())), nil
+				})
+				hStop, _ = hs.Register("stop", func(c *dsfabric.Call, a []byte) ([]byte, error) { stop.Store(true); return nil, nil })
+			}, func(m *Messengers) error {
+				if m.ID() == 1 {
+					for !stop.Load() {
+						m.Poll()
+					}
+					return m.Err()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				obj, _ := m.NewRemoteObject(64)
+				raw, err := m.CallReturn(ctx, 1, hGet, nil, obj)
+				if err != nil {
+					return err
+				}
+				var d alloc.Locator
+				if err := d.UnmarshalBinary(raw); err != nil {
+					return err
+				}
+				src, err := m.f.Process().Registry().NewRegion(8192, alloc.RegionConfig{Name: "test-orig"})
+				if err != nil {
+					return err
+				}
+				sy, err := m.NewSynchronizer(0)
+				if err != nil {
+					return err
+				}
+				defer sy.Close()
+				const rounds = 150
+				for _, variant := range []string{"write", "read"} {
+					for i := 0; i < rounds; i++ {
+						n := 1 + (i*97)%4096
+						orig, _ := src.Memory(0, n)
+						pattern(orig.Bytes(), i)
+						args := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(i)), uint32(n))
+						sy.Add(1)
+						if variant == "write" {
+							err = m.CallBufferWrite(1, hCheck, args, orig, d, sy)
+						} else {
+							err = m.CallBufferRead(1, hCheck, args, orig, d, sy)
+						}
+						if err != nil {
+							return fmt.Errorf("%s %d: %w", variant, i, err)
+						}
+						// orig changes next round: wait until the callee ran.
+						if err := sy.Wait(ctx); err != nil {
+							return fmt.Errorf("%s %d: waiting: %w (count %d)", variant, i, err, sy.Count())
+						}
+					}
+				}
+				// CallSync: many calls, one wait.
+				orig, _ := src.Memory(0, 16)
+				pattern(orig.Bytes(), 3)
+				sy.Add(100)
+				for i := 0; i < 100; i++ {
+					if err := m.CallSync(1, hCheck, binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 3), 16), orig.Bytes(), sy); err != nil {
+						return err
+					}
+				}
+				if err := sy.Wait(ctx); err != nil {
+					return fmt.Errorf("CallSync: %w (count %d)", err, sy.Count())
+				}
+				// Bad destinations fail before anything is sent.
+				wrong := d
+				wrong.Process = 0
+				if err := m.CallBufferWrite(1, hCheck, nil, orig, wrong, nil); !errors.Is(err, alloc.ErrOutOfRange) {
+					return fmt.Errorf("destination in the wrong process: %v", err)
+				}
+				small, _ := d.Sub(0, 8)
+				if err := m.CallBufferRead(1, hCheck, nil, orig, small, nil); !errors.Is(err, alloc.ErrOutOfRange) {
+					return fmt.Errorf("destination too small: %v", err)
+				}
+				res, err := m.CallReturn(ctx, 1, hCount, nil, obj)
+				if err != nil {
+					return err
+				}
+				if o, b := binary.LittleEndian.Uint64(res), binary.LittleEndian.Uint64(res[8:]); o != 2*rounds+100 || b != 0 {
+					return fmt.Errorf("callee checked %d buffers right and %d wrong, want %d and 0", o, b, 2*rounds+100)
+				}
+				return m.Call(1, hStop, nil)
+			})
+		})
+	}
+}
+
+// TestPoller (§4.4, process-level consumer): thread 1 of rank 0 never
+// polls; a Poller runs its calls — 5000 sequenced calls from each of the
+// two threads of rank 1, and call-and-return — on the thread's behalf.
+func TestPoller(t *testing.T) {
+	var hSeq, hEcho, hStop dsfabric.HandlerID
+	var seqs sequence
+	var wrongDst atomic.Int64
+	var stopped = make(chan struct{})
+	var stopOnce atomic.Bool
+	const calls = 5000
+	job(t, 2, 2, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
+		hSeq, _ = hs.Register("seq", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if c.Dst != 1 {
+				wrongDst.Add(1)
+			}
+			return seqs.handler(c, a)
+		})
+		hEcho, _ = hs.Register("echo", func(c *dsfabric.Call, a []byte) ([]byte, error) { return a, nil })
+		hStop, _ = hs.Register("stop", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if stopOnce.CompareAndSwap(false, true) {
+				close(stopped)
+			}
+			return nil, nil
+		})
+	}, func(m *Messengers) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		switch m.ID() {
+		case 0:
+			return nil
+		case 1:
+			pl, err := m.p.NewPoller(1)
+			if err != nil {
+				return err
+			}
+			if _, err := m.p.NewPoller(1); err == nil {
+				return errors.New("a second Poller for thread 1 was accepted")
+			}
+			pctx, pcancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { pl.Serve(pctx); close(done) }()
+			select { // this thread does not poll at all
+			case <-stopped:
+			case <-ctx.Done():
+				pcancel()
+				<-done
+				return fmt.Errorf("stop never came: %d calls ran", seqs.total.Load())
+			}
+			pcancel()
+			<-done
+			if got := seqs.total.Load(); got != 2*calls || seqs.bad.Load() != 0 || wrongDst.Load() != 0 {
+				return fmt.Errorf("%d calls ran (want %d), %d out of order, %d with the wrong Dst", got, 2*calls, seqs.bad.Load(), wrongDst.Load())
+			}
+			if s := pl.Stats(); s.Received < 2*calls {
+				return fmt.Errorf("poller counted %d calls", s.Received)
+			}
+			return pl.Err()
+		default: // threads 2 and 3, on rank 1
+			for i := 0; i < calls; i++ {
+				if err := m.Call(1, hSeq, binary.LittleEndian.AppendUint64(nil, uint64(i))); err != nil {
+					return err
+				}
+			}
+			obj, _ := m.NewRemoteObject(16)
+			if r, err := m.CallReturn(ctx, 1, hEcho, []byte("hi"), obj); err != nil || string(r) != "hi" {
+				return fmt.Errorf("call and return through the poller: %q %v", r, err)
+			}
+			if m.ID() == 3 {
+				// Thread 2 has had its echo back too once this one ran.
+				time.Sleep(10 * time.Millisecond)
+			}
+			return m.Call(1, hStop, nil)
+		}
+	})
+}
+
+// TestNestedPollRunsNothing: a handler that polls (directly, as a call that
+// waits for room would) runs no calls: none runs twice or out of order.
+func TestNestedPollRunsNothing(t *testing.T) {
+	var hSeq dsfabric.HandlerID
+	var seqs sequence
+	var mm *Messengers
+	var nestedRan atomic.Int64
+	job(t, 1, 1, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
+		hSeq, _ = hs.Register("seq", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			nestedRan.Add(int64(mm.Poll()))
+			return seqs.handler(c, a)
+		})
+	}, func(m *Messengers) error {
+		mm = m
+		for i := 0; i < 2000; i++ {
+			if err := m.Call(0, hSeq, binary.LittleEndian.AppendUint64(nil, uint64(i))); err != nil {
+				return err
+			}
+			if i%7 == 0 {
+				m.Poll()
+			}
+		}
+		for seqs.total.Load() < 2000 {
+			if m.Poll() == 0 && seqs.bad.Load() > 0 {
+				break
+			}
+		}
+		if seqs.total.Load() != 2000 || seqs.bad.Load() != 0 || nestedRan.Load() != 0 {
+			return fmt.Errorf("%d ran, %d out of order, %d run by nested polls", seqs.total.Load(), seqs.bad.Load(), nestedRan.Load())
+		}
+		return nil
+	})
+}
+
+// FuzzParseExt: extension arguments from a peer never panic the parser, and
+// whatever parses re-encodes to the same header.
+func FuzzParseExt(f *testing.F) {
+	l := alloc.Locator{Process: 1, Region: 2, Offset: 8, Length: 64, Key: 9}
+	f.Add(putExt(nil, 7, extWrite|extNotify, l, alloc.Locator{}, l))
+	f.Add(putExt(nil, 7, extRead, l, l, alloc.Locator{}))
+	f.Fuzz(func(t *testing.T, a []byte) {
+		e, err := parseExt(a)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error not wrapping ErrProtocol: %v", err)
+			}
+			return
+		}
+		if got := putExt(nil, e.handler, e.flags, e.dest, e.orig, e.sync); string(got) != string(a[:extHeader]) {
+			t.Fatalf("re-encoding differs:\n%x\n%x", got, a[:extHeader])
+		}
+	})
+}
