@@ -44,12 +44,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# Benchmarks of every package (allocation counts included). The numbers in
-# docs/benchmarks.md come from this target.
-bench: $(BIN)/mctsbench
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./...
-	$(BIN)/mctsbench micro -mode raw -sizes 8,16,32,64,128,256,512,1024,2048,4096 -n 500000 -transport shm
-	$(BIN)/mctsbench micro -mode raw -sizes 8,16,32,64,128,256,512,1024,2048,4096 -n 200000 -transport tcp
+# Every benchmark in one go: package benchmarks, the paper's Table 2 and
+# Fig. 2 (mctsbench micro), latency, the Go peers (bench/peers: net/rpc and
+# gRPC over a unix socket) and the MCTS scaling figure; then rewrites the
+# generated part of docs/benchmarks.md and the charts in docs/img.
+bench:
+	@GO=$(GO) BIN=$(BIN) sh scripts/bench.sh
 
 # Runs every fuzz target for FUZZTIME each; crashers land in testdata/fuzz
 # and are kept as seeds.

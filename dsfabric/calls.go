@@ -3,6 +3,7 @@ package dsfabric
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -12,6 +13,10 @@ import (
 // rnrTimeout bounds how long a send retries while the destination has no
 // receive buffer posted (its service threads are busy).
 const rnrTimeout = 10 * time.Second
+
+// rnrHot is how long a send whose receiver has no buffer retries without
+// sleeping.
+const rnrHot = 2 * time.Millisecond
 
 // send builds a message in the peer's send buffer and transmits it; pre is
 // a one-sided write posted first on the same queue pair (CallBufferWrite),
@@ -58,10 +63,18 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 		case dtutils.StatusSuccess:
 			return nil
 		case dtutils.StatusReceiverNotReady:
-			if time.Now().After(deadline) {
+			now := time.Now()
+			if now.After(deadline) {
 				return fmt.Errorf("dsfabric: rank %d posted no receive buffer for %v: %w", rank, rnrTimeout, dtutils.ErrReceiverNotReady)
 			}
-			backoff.Wait()
+			// The receiver reposts within microseconds when it is merely
+			// behind: yield rather than sleep on a timer (about a
+			// millisecond here) until rnrHot has passed.
+			if now.Sub(deadline.Add(-rnrTimeout)) < rnrHot {
+				runtime.Gosched()
+			} else {
+				backoff.Wait()
+			}
 		case dtutils.StatusConnectionLost:
 			return f.lost(rank, dtutils.ErrConnectionLost)
 		default:

@@ -2,8 +2,10 @@ package dtutils
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // CompletionQueue delivers completions. Poll never blocks; Wait spins, yields,
@@ -97,8 +99,13 @@ type sleeper interface {
 
 // waitOn is the Wait of every completion queue: poll, spin and yield
 // briefly, then sleep on the doorbell.
+// hotWait is how long a completion-queue waiter keeps polling, yielding the
+// processor, before it sleeps on the doorbell.
+const hotWait = 50 * time.Microsecond
+
 func waitOn(ctx context.Context, q sleeper, dst []Completion) (int, error) {
 	var b Backoff
+	var idle time.Time
 	for {
 		if n := q.Poll(dst); n > 0 {
 			return n, nil
@@ -110,8 +117,18 @@ func waitOn(ctx context.Context, q sleeper, dst []Completion) (int, error) {
 			b.Wait()
 			continue
 		}
+		// Stay awake (yielding) for hotWait before sleeping: a sender of a
+		// steady stream then never pays a futex wake-up per message.
+		if idle.IsZero() {
+			idle = time.Now()
+		}
+		if time.Since(idle) < hotWait {
+			runtime.Gosched()
+			continue
+		}
 		if n := q.sleep(ctx, dst); n > 0 {
 			return n, nil
 		}
+		idle = time.Time{}
 	}
 }

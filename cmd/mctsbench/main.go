@@ -7,6 +7,7 @@
 //	mctsbench latency [-size 8] [-n N] [-json]
 //	mctsbench htp     (Hex engine on stdin/stdout)
 //	mctsbench scale   [-configs seq,1x1,1x2,2x1] [-visits V] [-moves M] [-png F] [-json]
+//	mctsbench report  [-dir bench-results] [-doc docs/benchmarks.md] [-img docs/img]
 //
 // See DESIGN.md §8.
 package main
@@ -21,7 +22,7 @@ import (
 )
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale [flags]  (mctsbench SUBCOMMAND -h for flags)")
+	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report [flags]  (mctsbench SUBCOMMAND -h for flags)")
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -40,6 +41,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return htp(args[1:], stdin, stdout, stderr)
 	case "scale":
 		return scale(args[1:], stdout, stderr)
+	case "report":
+		return report(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
 	usage(stderr)
@@ -68,8 +71,17 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	transport := fs.String("transport", "shm", "shm (same machine) or tcp")
 	procs := fs.Int("procs", 2, "processes of the send benchmark (self-launched; mpirun/srun set their own)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN (fabric modes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuProfile != "" {
+		stop, err := startProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "mctsbench micro: %v\n", err)
+			return 1
+		}
+		defer stop()
 	}
 	sz, err := parseSizes(*sizes)
 	if err != nil || *n < 10 || *reps < 1 {

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seriema-go/seriema/internal/chart"
+)
+
+// The generated part of docs/benchmarks.md lies between these markers;
+// everything else in the file is written by hand and kept.
+const (
+	reportBegin = "<!-- make bench: generated from here -->"
+	reportEnd   = "<!-- make bench: generated up to here -->"
+)
+
+// benchData is everything make bench measured, read from JSON lines.
+type benchData struct {
+	micro   []Result        // Table 2 modes, default sizes
+	fig2    []Result        // raw over many sizes, shm and tcp
+	lat     []LatencyResult // mctsbench latency and the peers' round trips
+	peers   []Result        // netrpc, grpc-stream
+	scale   []ScaleResult
+	machine string
+	command string
+}
+
+// readLines decodes every JSON line of file into one value each.
+func readLines[T any](file string) ([]T, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] != '{' {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(line, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		out = append(out, v)
+	}
+	return out, sc.Err()
+}
+
+func report(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "bench-results", "directory with micro.json, fig2.json, latency.json, peers.json, scale.json")
+	doc := fs.String("doc", "docs/benchmarks.md", "markdown file whose generated part is rewritten")
+	img := fs.String("img", "docs/img", "directory for the PNG charts")
+	machine := fs.String("machine", "", "description of the machine (default: from the system)")
+	command := fs.String("command", "make bench", "the command that made the data")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	d, err := loadBench(*dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "mctsbench report: %v\n", err)
+		return 1
+	}
+	d.machine, d.command = *machine, *command
+	if d.machine == "" {
+		d.machine = describeMachine()
+	}
+	if err := os.MkdirAll(*img, 0o755); err != nil {
+		fmt.Fprintf(stderr, "mctsbench report: %v\n", err)
+		return 1
+	}
+	rel, _ := filepath.Rel(filepath.Dir(*doc), *img)
+	md, charts := d.markdown(filepath.ToSlash(rel))
+	for name, ch := range charts {
+		f, err := os.Create(filepath.Join(*img, name))
+		if err == nil {
+			err = ch.WritePNG(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "mctsbench report: %s: %v\n", name, err)
+			return 1
+		}
+	}
+	old, err := os.ReadFile(*doc)
+	if err != nil && !os.IsNotExist(err) {
+		fmt.Fprintf(stderr, "mctsbench report: %v\n", err)
+		return 1
+	}
+	if err := os.WriteFile(*doc, []byte(spliceReport(string(old), md)), 0o644); err != nil {
+		fmt.Fprintf(stderr, "mctsbench report: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s and %d charts in %s\n", *doc, len(charts), *img)
+	return 0
+}
+
+func loadBench(dir string) (*benchData, error) {
+	d := &benchData{}
+	var err error
+	if d.micro, err = readLines[Result](filepath.Join(dir, "micro.json")); err != nil {
+		return nil, err
+	}
+	if d.fig2, err = readLines[Result](filepath.Join(dir, "fig2.json")); err != nil {
+		return nil, err
+	}
+	if d.lat, err = readLines[LatencyResult](filepath.Join(dir, "latency.json")); err != nil {
+		return nil, err
+	}
+	// peers.json mixes throughput and round-trip lines.
+	all, err := readLines[map[string]any](filepath.Join(dir, "peers.json"))
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range all {
+		b, _ := json.Marshal(m)
+		if _, ok := m["calls_per_s"]; ok {
+			var r Result
+			json.Unmarshal(b, &r)
+			d.peers = append(d.peers, r)
+		} else {
+			var l LatencyResult
+			json.Unmarshal(b, &l)
+			d.lat = append(d.lat, l)
+		}
+	}
+	if d.scale, err = readLines[ScaleResult](filepath.Join(dir, "scale.json")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	return d, nil
+}
+
+// spliceReport replaces the generated part of doc (or appends one).
+func spliceReport(doc, md string) string {
+	block := reportBegin + "\n" + md + reportEnd
+	i, j := strings.Index(doc, reportBegin), strings.Index(doc, reportEnd)
+	if i < 0 || j < i {
+		return strings.TrimRight(doc, "\n") + "\n\n" + block + "\n"
+	}
+	return doc[:i] + block + doc[j+len(reportEnd):]
+}
+
+func describeMachine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %s, %s/%s, %s", runtime.NumCPU(), cpu, runtime.Version(), runtime.GOOS, runtime.GOARCH, time.Now().Format("2006-01-02"))
+}
+
+// rate returns the calls/s of mode at size among rs (0 if absent).
+func rate(rs []Result, mode, transport string, size int) float64 {
+	for _, r := range rs {
+		if r.Mode == mode && r.Size == size && (transport == "" || r.Transport == transport) {
+			return r.CallsPerS
+		}
+	}
+	return 0
+}
+
+func sizesOf(rs []Result) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, r := range rs {
+		if !seen[r.Size] {
+			seen[r.Size] = true
+			out = append(out, r.Size)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// goal writes one DESIGN §9 check.
+func goal(w *strings.Builder, name string, got, want float64, higher bool) {
+	status := "**met**"
+	if got == 0 {
+		status = "not measured"
+	} else if (higher && got < want) || (!higher && got > want) {
+		status = "**not met**"
+	}
+	cmp := "≥"
+	if !higher {
+		cmp = "≤"
+	}
+	fmt.Fprintf(w, "| %s | %s | %s %s | %s |\n", name, strconv.FormatFloat(got, 'f', 2, 64), cmp, strconv.FormatFloat(want, 'f', 2, 64), status)
+}
+
+// markdown writes the generated part and returns the charts to draw.
+func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
+	var w strings.Builder
+	charts := map[string]*chart.Chart{}
+	fmt.Fprintf(&w, "## Latest results (generated by `%s`)\n\n", d.command)
+	fmt.Fprintf(&w, "Machine: %s. Cross-process: one sender thread and one receiver thread in two processes (shm unless marked). Medians of the repetitions; the receiver times from its first call after the warm-up to its last.\n\n", d.machine)
+
+	modes := []string{"raw", "send", "write", "trad", "ovfl"}
+	sizes := sizesOf(d.micro)
+	w.WriteString("### Table 2: calls/s and payload MB/s\n\n| mode |")
+	for _, s := range sizes {
+		fmt.Fprintf(&w, " %d B calls/s | %d B MB/s |", s, s)
+	}
+	w.WriteString("\n|---|")
+	for range sizes {
+		w.WriteString("---:|---:|")
+	}
+	w.WriteString("\n")
+	t2 := &chart.Chart{Title: "table 2: calls/s by payload size (shm)", YLabel: "calls/s"}
+	for _, s := range sizes {
+		t2.Categories = append(t2.Categories, strconv.Itoa(s)+" b")
+	}
+	for _, m := range modes {
+		fmt.Fprintf(&w, "| %s |", m)
+		ser := chart.Series{Name: m}
+		for _, s := range sizes {
+			c := rate(d.micro, m, "shm", s)
+			fmt.Fprintf(&w, " %.0f | %.1f |", c, c*float64(s)/1e6)
+			ser.Values = append(ser.Values, c)
+		}
+		w.WriteString("\n")
+		t2.Series = append(t2.Series, ser)
+	}
+	charts["table2.png"] = t2
+	fmt.Fprintf(&w, "\n![Table 2](%s/table2.png)\n\n", img)
+
+	// Fig. 2
+	fig := &chart.Chart{Title: "fig. 2: raw one-sided writes, calls/s by record size", YLabel: "calls/s", LogX: true}
+	fsizes := sizesOf(d.fig2)
+	for _, s := range fsizes {
+		fig.X = append(fig.X, float64(s))
+	}
+	w.WriteString("### Fig. 2: raw one-sided writes (calls/s)\n\n| size (B) | shm | tcp |\n|---:|---:|---:|\n")
+	for _, s := range fsizes {
+		fmt.Fprintf(&w, "| %d | %.0f | %.0f |\n", s, rate(d.fig2, "raw", "shm", s), rate(d.fig2, "raw", "tcp", s))
+	}
+	for _, tr := range []string{"shm", "tcp"} {
+		ser := chart.Series{Name: "raw " + tr}
+		for _, s := range fsizes {
+			ser.Values = append(ser.Values, rate(d.fig2, "raw", tr, s))
+		}
+		fig.Series = append(fig.Series, ser)
+	}
+	charts["fig2.png"] = fig
+	fmt.Fprintf(&w, "\n![Fig. 2](%s/fig2.png)\n\n", img)
+
+	// Latency
+	w.WriteString("### Call-and-return latency\n\n| mode | transport | size (B) | p50 | p99 | p99.9 |\n|---|---|---:|---:|---:|---:|\n")
+	var ours, netrpcLat float64
+	for _, l := range d.lat {
+		fmt.Fprintf(&w, "| %s | %s | %d | %v | %v | %v |\n", l.Mode, l.Transport, l.Size, time.Duration(l.P50ns), time.Duration(l.P99ns), time.Duration(l.P999ns))
+		switch {
+		case l.Mode == "call_return" && l.Transport == "shm" && l.Size == 8:
+			ours = l.P50ns
+		case l.Mode == "netrpc-unary":
+			netrpcLat = l.P50ns
+		}
+	}
+
+	// Peers
+	w.WriteString("\n### Against Go RPC (bench/peers, unix socket)\n\n| size (B) | trad | write | grpc-stream | netrpc | trad / grpc-stream | trad / netrpc |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	pc := &chart.Chart{Title: "seriema (shm) vs go rpc (unix socket): calls/s", YLabel: "calls/s"}
+	series := map[string]*chart.Series{}
+	order := []string{"trad", "write", "grpc-stream", "netrpc"}
+	for _, m := range order {
+		series[m] = &chart.Series{Name: m}
+	}
+	for _, s := range sizes {
+		tr, wr := rate(d.micro, "trad", "shm", s), rate(d.micro, "write", "shm", s)
+		gs, nr := rate(d.peers, "grpc-stream", "", s), rate(d.peers, "netrpc", "", s)
+		fmt.Fprintf(&w, "| %d | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", s, tr, wr, gs, nr, ratio(tr, gs), ratio(tr, nr))
+		pc.Categories = append(pc.Categories, strconv.Itoa(s)+" b")
+		for m, v := range map[string]float64{"trad": tr, "write": wr, "grpc-stream": gs, "netrpc": nr} {
+			series[m].Values = append(series[m].Values, v)
+		}
+	}
+	for _, m := range order {
+		pc.Series = append(pc.Series, *series[m])
+	}
+	charts["peers.png"] = pc
+	fmt.Fprintf(&w, "\n![peers](%s/peers.png)\n\n", img)
+
+	// Goals
+	w.WriteString("### DESIGN §9 ratios in this run\n\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
+	minOver := func(num, den string) float64 {
+		m := 0.0
+		for i, s := range sizes {
+			r := rate(d.micro, num, "shm", s) / max(rate(d.micro, den, "shm", s), 1e-9)
+			if i == 0 || r < m {
+				m = r
+			}
+		}
+		return m
+	}
+	goal(&w, "write / raw (lowest over sizes)", minOver("write", "raw"), 0.8, true)
+	goal(&w, "ovfl / write (lowest over sizes)", minOver("ovfl", "write"), 0.9, true)
+	goal(&w, "send / write (lowest over sizes)", minOver("send", "write"), 0.3, true)
+	goal(&w, "trad / raw at 8 B", rate(d.micro, "trad", "shm", 8)/max(rate(d.micro, "raw", "shm", 8), 1e-9), 2, true)
+	goal(&w, "trad / grpc-stream at 64 B", rate(d.micro, "trad", "shm", 64)/max(rate(d.peers, "grpc-stream", "", 64), 1e-9), 100, true)
+	goal(&w, "trad / netrpc at 64 B", rate(d.micro, "trad", "shm", 64)/max(rate(d.peers, "netrpc", "", 64), 1e-9), 20, true)
+	goal(&w, "latency p50 at 8 B (µs)", ours/1000, 2, false)
+	goal(&w, "net/rpc p50 / ours", netrpcLat/max(ours, 1e-9), 10, true)
+
+	if len(d.scale) > 0 {
+		w.WriteString("\n### Fig. 3: MCTS on Hex (simulations/ms)\n\n| config | simulations/ms | visits/ms | × seq | × 1x1 |\n|---|---:|---:|---:|---:|\n")
+		for _, r := range d.scale {
+			fmt.Fprintf(&w, "| %s | %.0f | %.1f | %.2f | %.2f |\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1)
+		}
+		fmt.Fprintf(&w, "\n![Fig. 3](%s/scale.png)\n", img)
+	}
+	w.WriteString("\n")
+	return w.String(), charts
+}

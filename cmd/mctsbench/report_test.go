@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestSpliceReport(t *testing.T) {
+	doc := "# Benchmarks\n\nhand-written\n\n" + reportBegin + "\nold\n" + reportEnd + "\n\n## Notes\nkept\n"
+	got := spliceReport(doc, "new\n")
+	if !strings.Contains(got, "hand-written") || !strings.Contains(got, "## Notes\nkept") || strings.Contains(got, "old") || !strings.Contains(got, reportBegin+"\nnew\n"+reportEnd) {
+		t.Errorf("splice:\n%s", got)
+	}
+	if got := spliceReport("# B\n", "x\n"); !strings.HasSuffix(got, reportBegin+"\nx\n"+reportEnd+"\n") {
+		t.Errorf("append: %q", got)
+	}
+}
+
+// TestReport writes a report from made-up results and checks its tables,
+// the goal verdicts and the charts.
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var micro strings.Builder
+	for _, m := range []struct {
+		mode string
+		rate float64
+	}{{"raw", 6e6}, {"send", 1e6}, {"write", 5e6}, {"trad", 30e6}, {"ovfl", 4.9e6}} {
+		for _, s := range []string{"8", "64"} {
+			micro.WriteString(`{"mode":"` + m.mode + `","size":` + s + `,"transport":"shm","calls_per_s":` + strconv.FormatFloat(m.rate, 'f', -1, 64) + `}` + "\n")
+		}
+	}
+	write("micro.json", micro.String())
+	write("fig2.json", `{"mode":"raw","size":8,"transport":"shm","calls_per_s":6000000}
+{"mode":"raw","size":4096,"transport":"shm","calls_per_s":900000}
+{"mode":"raw","size":8,"transport":"tcp","calls_per_s":1000000}
+`)
+	write("latency.json", `{"mode":"call_return","size":8,"transport":"shm","n":10,"p50_ns":1100,"p99_ns":1500,"p999_ns":3000}`+"\n")
+	write("peers.json", `{"mode":"netrpc","size":64,"transport":"unix","calls_per_s":100000}
+{"mode":"grpc-stream","size":64,"transport":"unix","calls_per_s":700000}
+{"mode":"netrpc-unary","size":8,"transport":"unix","n":10,"p50_ns":90000,"p99_ns":200000,"p999_ns":300000}
+`)
+	doc := filepath.Join(dir, "benchmarks.md")
+	write("benchmarks.md", "# Benchmarks\n\nnotes\n")
+	img := filepath.Join(dir, "img")
+	var out, errb bytes.Buffer
+	if code := report([]string{"-dir", dir, "-doc", doc, "-img", img, "-machine", "test box"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	b, _ := os.ReadFile(doc)
+	s := string(b)
+	for _, want := range []string{"notes", "Machine: test box", "| trad | 30000000 |", "| write / raw (lowest over sizes) | 0.83 | ≥ 0.80 | **met** |",
+		"| send / write (lowest over sizes) | 0.20 | ≥ 0.30 | **not met** |", "| trad / grpc-stream at 64 B | 42.86 | ≥ 100.00 | **not met** |",
+		"| trad / netrpc at 64 B | 300.00 | ≥ 20.00 | **met** |", "| latency p50 at 8 B (µs) | 1.10 | ≤ 2.00 | **met** |", "| netrpc-unary | unix | 8 | 90µs |"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	for _, name := range []string{"table2.png", "fig2.png", "peers.png"} {
+		f, err := os.Open(filepath.Join(img, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := png.Decode(f); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		f.Close()
+	}
+	// A second run replaces the generated part instead of adding one.
+	if code := report([]string{"-dir", dir, "-doc", doc, "-img", img, "-machine", "test box"}, &out, &errb); code != 0 {
+		t.Fatal(errb.String())
+	}
+	b, _ = os.ReadFile(doc)
+	if strings.Count(string(b), reportBegin) != 1 {
+		t.Error("generated part duplicated")
+	}
+}
