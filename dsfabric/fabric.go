@@ -466,6 +466,17 @@ func (f *Fabric) DeadRanks() map[int]string {
 	return m
 }
 
+// DeadErr returns an error naming the first rank known dead (wrapping
+// ErrRankDead), or nil. It is cheap enough for a poll loop.
+func (f *Fabric) DeadErr() error {
+	for r := range f.dead {
+		if f.dead[r].Load() != nil {
+			return f.deadErr(r)
+		}
+	}
+	return nil
+}
+
 func (f *Fabric) deadErr(r int) error {
 	if p := f.dead[r].Load(); p != nil {
 		return fmt.Errorf("%w: rank %d: %s", ErrRankDead, r, *p)

@@ -353,6 +353,10 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 				return
 			default:
 			}
+			if err := d.f.DeadErr(); err != nil {
+				d.fail(fmt.Errorf("mcts: %w", err))
+				return
+			}
 		}
 		now := nowIfIdle(n)
 		if n > 0 && !idleSince.IsZero() {

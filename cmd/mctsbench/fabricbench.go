@@ -123,8 +123,12 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 					// line back to back slows the sender writing it by a
 					// third (measured: write 4.0 → 4.8 M/s).
 					for s.count.Load() < s.n && err == nil {
-						if poll() == 0 && time.Now().After(deadline) {
-							err = fmt.Errorf("only %d of %d calls arrived", s.count.Load(), s.n)
+						if poll() == 0 {
+							if time.Now().After(deadline) {
+								err = fmt.Errorf("only %d of %d calls arrived", s.count.Load(), s.n)
+							} else {
+								err = f.DeadErr() // the sender died
+							}
 						}
 					}
 				}

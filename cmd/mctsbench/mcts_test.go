@@ -156,3 +156,30 @@ func TestScaleSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestSoakShort runs the soak for a few seconds: 3 processes × 2 threads,
+// every primitive, sequence-checked; make test also runs it for 30 s
+// without the race detector.
+func TestSoakShort(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			args := []string{"soak", "-procs", "3", "-threads", "2", "-duration", "2s", "-transport", tr, "-json"}
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			var out, errb bytes.Buffer
+			code := run(args, nil, &out, &errb)
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if code != 0 || len(lines) != 3 {
+				t.Fatalf("exit %d, %d report lines:\n%s\n%s", code, len(lines), out.String(), errb.String())
+			}
+			for i, l := range lines {
+				var r SoakReport
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatal(err)
+				}
+				if r.Rank != i || r.Errors != 0 || r.Sent == 0 || r.Received == 0 || r.Returns == 0 || r.MaxRSSKB == 0 || r.Goroutines == 0 {
+					t.Errorf("rank %d report %+v", i, r)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,112 @@
+package riutils
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+// TestCorruptRecordStopsOneMessenger (reliability): a deliberately corrupted
+// but sealed record — from the wrong thread, or with more argument bytes
+// than payload — injected into thread 0's stream to thread 2 makes thread 2
+// report a protocol error naming thread 0 and stop that messenger; not one
+// call written after it runs, while thread 1's calls all run.
+func TestCorruptRecordStopsOneMessenger(t *testing.T) {
+	for _, kind := range []string{"wrong-source", "argument-overrun"} {
+		t.Run(kind, func(t *testing.T) {
+			var hSeq dsfabric.HandlerID
+			var seqs sequence
+			var from [3]atomic.Int64
+			var injected, finished atomic.Bool
+			const before, after, others = 500, 500, 3000
+			job(t, 1, 3, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
+				hSeq, _ = hs.Register("seq", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+					from[c.Src].Add(1)
+					return seqs.handler(c, a)
+				})
+			}, func(m *Messengers) error {
+				switch m.ID() {
+				case 0:
+					for i := 0; i < before; i++ {
+						if err := m.Call(2, hSeq, binary.LittleEndian.AppendUint64(nil, uint64(i))); err != nil {
+							return err
+						}
+					}
+					if err := injectCorrupt(m, 2, hSeq, kind); err != nil {
+						return err
+					}
+					injected.Store(true)
+					for i := before; i < before+after; i++ {
+						if err := m.Call(2, hSeq, binary.LittleEndian.AppendUint64(nil, uint64(i))); err != nil {
+							return err
+						}
+					}
+					return nil
+				case 1:
+					for i := 0; i < others; i++ {
+						if err := m.Call(2, hSeq, binary.LittleEndian.AppendUint64(nil, uint64(i))); err != nil {
+							return err
+						}
+					}
+					return nil
+				default:
+					deadline := time.Now().Add(60 * time.Second)
+					for from[1].Load() < others || !injected.Load() || m.Err() == nil {
+						if m.Poll() == 0 && time.Now().After(deadline) {
+							return fmt.Errorf("timed out: %d from thread 0, %d from thread 1, error %v", from[0].Load(), from[1].Load(), m.Err())
+						}
+					}
+					for i := 0; i < 1000; i++ { // anything more from thread 0 would run now
+						m.Poll()
+					}
+					finished.Store(true)
+					err := m.Err()
+					if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "thread 0") {
+						return fmt.Errorf("error %v, want a protocol error naming thread 0", err)
+					}
+					if from[0].Load() != before || from[1].Load() != others || seqs.bad.Load() != 0 {
+						return fmt.Errorf("ran %d calls of thread 0 (want %d) and %d of thread 1 (want %d); %d out of order", from[0].Load(), before, from[1].Load(), others, seqs.bad.Load())
+					}
+					return nil
+				}
+			})
+			if !finished.Load() {
+				t.Error("the receiver never finished")
+			}
+		})
+	}
+}
+
+// injectCorrupt writes one sealed but invalid record into m's messenger to
+// dst, as a buggy or hostile sender would.
+func injectCorrupt(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, kind string) error {
+	s, err := m.sender(dst)
+	if err != nil {
+		return err
+	}
+	args := binary.LittleEndian.AppendUint64(nil, 1<<40)
+	size := recordSize(len(args))
+	if ok, err := s.reserve(size, Retry); !ok || err != nil {
+		return fmt.Errorf("no room for the corrupt record: %v", err)
+	}
+	mem, err := m.alloc(s.tx, size)
+	if err != nil {
+		return err
+	}
+	b := mem.Bytes()
+	switch kind {
+	case "wrong-source":
+		putRecord(b, h, 1, args, nil) // claims to come from thread 1
+	case "argument-overrun":
+		putRecord(b, h, m.self, args, nil)
+		binary.LittleEndian.PutUint32(b[12:], uint32(len(args)+64))
+		binary.LittleEndian.PutUint64(b[size-recordSeal:], sealOf(binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])))
+	}
+	return s.write(mem)
+}
