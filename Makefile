@@ -6,7 +6,7 @@ FUZZTIME ?= 30s
 # The race detector slows the suite about 5×; it still fits 10 minutes on 2 cores.
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: all build demo test lint vet fmt-check bench fuzz setup clean
+.PHONY: all build demo test lint vet fmt-check bench fuzz setup clean soak
 
 all: build
 
@@ -29,11 +29,18 @@ setup:
 
 # The Transmitter hammer (8 goroutines × 1 M operations) and the messenger
 # sequence test (10 M calls per sender) also run at full size without the
-# race detector, which would make them take many minutes.
-test: setup lint
+# race detector, which would make them take many minutes; then a 30-second
+# soak of every primitive, and the bench/peers module's own tests.
+test: setup lint $(BIN)/mctsbench
 	$(GO) test $(TESTFLAGS) ./...
 	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
 	SERIEMA_FULL=1 $(GO) test -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
+	$(BIN)/mctsbench soak -procs 3 -threads 2 -duration 30s
+	@sh scripts/test-peers.sh
+
+# The 10-minute soak of docs/reliability.md.
+soak: $(BIN)/mctsbench
+	$(BIN)/mctsbench soak -procs 3 -threads 2 -duration 10m
 
 lint: fmt-check vet
 

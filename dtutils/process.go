@@ -3,6 +3,7 @@ package dtutils
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -114,9 +115,21 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 			break
 		}
 	}
-	if !p.srq.enqueue(e[:]) { // cannot happen given the count above
-		p.posted.Add(^uint64(0))
-		return fmt.Errorf("%w: receive queue ring full", ErrQueueFull)
+	// The count above leaves a slot, but a poster in another process may
+	// still be vacating it (it claimed the entry and has not released the
+	// slot yet): retry for a while. Only a poster that died in those few
+	// instructions leaves the slot stuck.
+	var b Backoff
+	for start := time.Now(); !p.srq.enqueue(e[:]); {
+		if time.Since(start) > time.Second {
+			p.posted.Add(^uint64(0))
+			return fmt.Errorf("%w: receive queue slot still held after 1 s (a peer died while taking it?)", ErrQueueFull)
+		}
+		if b.Sleepy() {
+			runtime.Gosched()
+		} else {
+			b.Wait()
+		}
 	}
 	return nil
 }

@@ -1,0 +1,107 @@
+package riutils
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/internal/jobtest"
+)
+
+// TestTCPResetMidStream (reliability): the sending process dies (SIGKILL,
+// its connections reset by the kernel) while large one-sided calls stream
+// to the receiver over tcp. Every call the receiver ran is whole (checksum),
+// the death is noticed, calls towards the dead rank fail with ErrRankDead
+// and nothing hangs.
+func TestTCPResetMidStream(t *testing.T) {
+	h := dsfabric.NewHandlers()
+	var ran, bad atomic.Int64
+	hBig, _ := h.Register("big", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+		if len(a) != 4 || crc32.ChecksumIEEE(c.Buffer) != binary.LittleEndian.Uint32(a) {
+			bad.Add(1)
+		}
+		ran.Add(1)
+		return nil, nil
+	})
+	cfg := DefaultConfig()
+	cfg.Logger = quiet
+	p, err := NewProcess(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := make(chan struct{})
+	result := make(chan error, 1)
+	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+		Procs: 2, Transport: "tcp", Handlers: h, Args: jobtest.RunArgs(t), Logger: quiet,
+		Worker: func(w *dsfabric.Worker) {
+			<-start
+			m, err := p.Messengers(0)
+			if err != nil {
+				result <- err
+				return
+			}
+			if w.Fabric().Rank() == 1 {
+				buf := make([]byte, 48<<10)
+				for i := 0; ; i++ {
+					for j := range buf {
+						buf[j] = byte(i + j*7)
+					}
+					if err := m.CallBuffer(0, hBig, binary.LittleEndian.AppendUint32(nil, crc32.ChecksumIEEE(buf)), buf); err != nil {
+						result <- err
+						return
+					}
+					if i == 300 {
+						syscall.Kill(os.Getpid(), syscall.SIGKILL) // mid-stream: frames still in flight
+					}
+				}
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for w.Fabric().DeadErr() == nil {
+				if m.Poll() == 0 && time.Now().After(deadline) {
+					result <- errors.New("the sender's death was not noticed within 60 s")
+					return
+				}
+			}
+			for i := 0; i < 100; i++ {
+				m.Poll() // whatever arrived before the reset
+			}
+			err = m.Call(1, hBig, make([]byte, 4))
+			if !errors.Is(err, dsfabric.ErrRankDead) {
+				result <- errors.New("a call to the dead rank gave " + errString(err))
+				return
+			}
+			result <- nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Bind(f); err != nil {
+		t.Fatal(err)
+	}
+	close(start)
+	if err := <-result; err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n == 0 || bad.Load() != 0 {
+		t.Errorf("%d calls ran, %d of them corrupted", n, bad.Load())
+	}
+	if err := f.Close(); err == nil || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("Close: %v, want an error naming rank 1", err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
+}
