@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
@@ -188,4 +189,37 @@ func FuzzRing(f *testing.F) {
 			t.Fatalf("accepted a ring larger than its memory")
 		}
 	})
+}
+
+// TestTCPForeignDialerRefused (reliability: a second job cannot reach this
+// one's memory): a connection that does not name one of this provider's
+// queue pairs by its random token — another job, a port scanner — is
+// closed before anything it sends is read as an operation, and the real
+// pair keeps working.
+func TestTCPForeignDialerRefused(t *testing.T) {
+	a, b := tcpPair(t)
+	fill(b.buf.Bytes(), 3)
+	before := append([]byte(nil), b.buf.Bytes()...)
+	addr := b.prov.(*tcpProvider).addr
+	for _, hello := range [][]byte{make([]byte, helloSize), bytes.Repeat([]byte{0xff}, helloSize)} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A hello naming no queue pair, then what would be a write frame.
+		c.Write(append(hello, bytes.Repeat([]byte{7}, 4096)...))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil || n != 0 {
+			t.Errorf("a foreign connection stayed open (read %d bytes, %v)", n, err)
+		}
+		c.Close()
+	}
+	if !bytes.Equal(before, b.buf.Bytes()) {
+		t.Fatal("a foreign connection changed registered memory")
+	}
+	src := a.mem(t, 0, 64)
+	fill(src.Bytes(), 5)
+	if c := post(t, a.qp, WorkRequest{Op: OpWrite, Local: src, Remote: b.loc(t, 0, 64)}); c.Status != StatusSuccess {
+		t.Fatalf("the job's own pair stopped working: %v", c.Status)
+	}
 }
