@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -170,11 +171,15 @@ func (f *Fabric) spawn() error {
 		return fmt.Errorf("%w: %v", ErrBootstrap, err)
 	}
 	f.childErr = make([]error, f.launch.size)
+	// exec copies the output of a child into a writer that is not a file
+	// from a goroutine per child: share one lock among them.
+	var outMu sync.Mutex
+	stdout, stderr := lockedWriter(&outMu, f.cfg.Stdout), lockedWriter(&outMu, f.cfg.Stderr)
 	for r := 1; r < f.launch.size; r++ {
 		cmd := exec.Command(self, f.cfg.Args...)
 		cmd.Env = append(os.Environ(), EnvRank+"="+strconv.Itoa(r), EnvSize+"="+strconv.Itoa(f.launch.size),
 			EnvCoord+"="+f.launch.coord, EnvToken+"="+f.launch.token)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, f.cfg.Stdout, f.cfg.Stderr
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
 		// A rank must not outlive the launcher.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -191,6 +196,27 @@ func (f *Fabric) spawn() error {
 		}(r, cmd)
 	}
 	return nil
+}
+
+// syncWriter serialises writes to a writer shared by several children.
+type syncWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (s syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// lockedWriter wraps w, unless it is a file (the child writes to it
+// itself), so that writes hold mu: Stdout and Stderr may be one writer.
+func lockedWriter(mu *sync.Mutex, w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok || w == nil {
+		return w
+	}
+	return syncWriter{mu, w}
 }
 
 // connectSetup creates the process state and one queue pair per peer, and

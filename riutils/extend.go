@@ -8,7 +8,6 @@ import (
 
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
-	"github.com/seriema-go/seriema/dtutils"
 )
 
 // Synchronizer counts one thread's one-sided calls down as their callees
@@ -64,18 +63,22 @@ func (s *Synchronizer) Add(k int) { s.word.Add(int64(k)) }
 func (s *Synchronizer) Count() int { return int(s.word.Load()) }
 
 // Wait returns once the count is zero, running this thread's incoming calls
-// meanwhile, or with ctx's error.
+// meanwhile, or with ctx's error, or with an error naming a rank of the job
+// that died (its calls may never be counted down).
 func (s *Synchronizer) Wait(ctx context.Context) error {
-	var b dtutils.Backoff
+	var w replyWait
 	for s.word.Load() > 0 {
 		if s.m.Poll() > 0 {
-			b.Reset()
+			w.progress()
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		b.Wait()
+		if err := s.m.f.DeadErr(); err != nil {
+			return fmt.Errorf("riutils: synchronizer with %d calls outstanding: %w", s.word.Load(), err)
+		}
+		w.wait()
 	}
 	return nil
 }
