@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/hex"
 	"github.com/seriema-go/seriema/internal/jobtest"
 	"github.com/seriema-go/seriema/riutils"
 )
@@ -79,14 +80,54 @@ func tactics(t *testing.T, search searcher) {
 		}
 		checkAccounting(t, r, cfg)
 	})
-	t.Run("centre3", func(t *testing.T) {
+	t.Run("opening3", func(t *testing.T) {
 		s := hexPosition(t, 3, nil, nil, 0)
 		r := search(t, s, cfg)
-		if r.MoveName != "b2" {
-			t.Errorf("played %s on the empty 3×3 board, want the centre b2", r.MoveName)
+		// Five first moves win on 3×3 (b2, the centre, among them): the
+		// search must pick one of them.
+		after := s.Clone().(*HexState)
+		if err := after.Play(r.Move); err != nil {
+			t.Fatal(err)
+		}
+		if solveHex(after.Board, map[uint64]bool{}) {
+			t.Errorf("played the losing %s on the empty 3×3 board", r.MoveName)
 		}
 		checkAccounting(t, r, cfg)
 	})
+}
+
+// solveHex reports whether the side to move wins b with perfect play
+// (exhaustive, for boards of up to 4×4).
+func solveHex(b hex.Board, memo map[uint64]bool) bool {
+	if w := b.Winner(); w != hex.Empty {
+		return w == b.ToMove()
+	}
+	if v, ok := memo[b.Hash()]; ok {
+		return v
+	}
+	win := false
+	for _, c := range b.Moves(nil) {
+		nb := b
+		_ = nb.Play(c)
+		if !solveHex(nb, memo) {
+			win = true
+			break
+		}
+	}
+	memo[b.Hash()] = win
+	return win
+}
+
+// TestSolvedOpenings3 checks the solver the tactics rely on: on 3×3 the
+// centre wins and the acute corner a1 loses.
+func TestSolvedOpenings3(t *testing.T) {
+	for name, wins := range map[string]bool{"b2": true, "a1": false, "c3": false} {
+		s := hexPosition(t, 3, nil, nil, 0)
+		play(t, s, name)
+		if got := !solveHex(s.Board, map[uint64]bool{}); got != wins {
+			t.Errorf("3×3 opening %s: first player wins = %v, want %v", name, got, wins)
+		}
+	}
 }
 
 // checkAccounting: every rollout of the budget came back to the root (no
@@ -105,7 +146,14 @@ func checkAccounting(t *testing.T, r Result, cfg Config) {
 	}
 }
 
-func TestSequentialTactics(t *testing.T) { tactics(t, sequential) }
+func TestSequentialTactics(t *testing.T) {
+	tactics(t, sequential)
+	cfg := DefaultConfig()
+	cfg.Budget, cfg.Seed = 3000, 11
+	if r := sequential(t, hexPosition(t, 3, nil, nil, 0), cfg); r.MoveName != "b2" {
+		t.Errorf("played %s on the empty 3×3 board, want the centre b2", r.MoveName)
+	}
+}
 
 // TestSequentialOpenings (solved openings): the centre wins on 5×5, and the
 // acute corner a1 loses on every size from 3 to 8 — a strong enough search

@@ -140,6 +140,7 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 	if err != nil {
 		return err
 	}
+	a.m.own(s)
 	size := recordSize(d.used)
 	b := d.batch.Bytes()
 	binary.LittleEndian.PutUint32(b[0:], uint32(d.used))
@@ -203,6 +204,7 @@ func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) erro
 	if err != nil {
 		return err
 	}
+	a.m.own(s)
 	for len(d.queue) > 0 {
 		mem := d.queue[0]
 		ok, err := s.reserve(mem.Len(), policy)

@@ -41,8 +41,8 @@
 // chunk, and sets the grow bit of the rotation so the destination inserts its
 // copies at the same place: both rings stay symmetrical. At MaxChunks the
 // Policy applies: Fail returns ErrFull, Retry waits (polling the caller's own
-// incoming calls meanwhile), RetryAsync keeps the call locally and sends it,
-// in order, on the thread's next call, Poll or Flush.
+// incoming calls meanwhile), RetryAsync keeps the call locally and a helper
+// goroutine sends it, in order, when room appears.
 //
 // # Aggregator
 //
@@ -94,16 +94,18 @@
 // The receiving thread polls its own messengers (Poll), or a Poller — a
 // process-level consumer driven by one goroutine — runs the calls of some
 // threads on their behalf (NewPoller): handlers then run on the Poller's
-// goroutine with Call.Dst naming the thread, and the thread's own Poll only
-// sends calls RetryAsync kept. A Poll from inside a handler runs nothing: the
+// goroutine with Call.Dst naming the thread, and the thread's own Poll does
+// nothing. A Poll from inside a handler runs nothing: the
 // records being run must not move. A call made from a handler that finds its
 // messenger full therefore waits without running this thread's calls; prefer
 // an Ovfl Aggregator or RetryAsync in handlers, or queue the work and send it
 // from the thread's loop (package mcts does).
 //
-// RetryAsync sends kept calls from the calling thread, on its next call, Poll
-// or Flush, not from a helper goroutine: a helper would share the sender's
-// ring and chunk state with the thread and need a lock on every call.
+// RetryAsync keeps the calls that find their messenger full in ordinary
+// memory and a helper goroutine sends them as room appears. While calls to a
+// destination are kept the helper alone drives that messenger, with its own
+// registered memory; later calls join the queue, and the thread takes the
+// messenger back when the queue is empty: the hot path takes no lock.
 //
 // Byte formats are in wire.go and docs/wire.md.
 package riutils

@@ -27,11 +27,11 @@ const (
 	Retry Policy = iota
 	// Fail returns ErrFull at once.
 	Fail
-	// RetryAsync keeps the call locally (a sealed record in registered
-	// memory, at most MaxAsyncBytes per thread) and returns at once; kept
-	// calls go out, in order, on the thread's next call, Poll or Flush.
-	// While calls to a destination are kept, new ones join them, so the
-	// order per sender holds.
+	// RetryAsync keeps the call locally (a sealed record, at most
+	// MaxAsyncBytes per thread) and returns at once; a helper goroutine
+	// sends kept calls, in order, as room appears. While calls to a
+	// destination are kept, new ones join them, so the order per sender
+	// holds. Flush waits until everything kept is sent.
 	RetryAsync
 )
 
@@ -255,7 +255,7 @@ type Messengers struct {
 	syncs     *syncSlots            // counters of this thread's Synchronizers
 	stats     Stats
 	closed    map[dsfabric.ThreadID]error // destinations that closed their messenger
-	async     *Aggregator                 // RetryAsync: an ovfl aggregator keeping calls that do not fit
+	keeper    *keeper                     // RetryAsync: keeps and sends the calls that do not fit
 	scratch   []byte                      // CallReturn's argument buffer, reused
 }
 
@@ -303,7 +303,9 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 		inbox: p.inboxes[t], ring: ring, fbReg: fbReg}
 	m.rx.ring = rxRing
 	if p.cfg.Policy == RetryAsync {
-		m.async = &Aggregator{m: m, cfg: AggregatorConfig{Mode: Ovfl, MaxExceeding: p.cfg.MaxAsyncBytes}, out: map[dsfabric.ThreadID]*aggDst{}}
+		if m.keeper, err = newKeeper(m, z); err != nil {
+			return nil, err
+		}
 	}
 	p.msgrs[t] = m
 	return m, nil
@@ -313,42 +315,34 @@ func newRing(z *alloc.ZoneAllocator, unit int) (*alloc.LinearCircular, error) {
 	return alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: unit, InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8})
 }
 
-// Flush sends the calls RetryAsync keeps, waiting (polling this thread's
-// own calls meanwhile) until the destinations have room. Without
-// RetryAsync it does nothing: Messenger calls are written at once.
+// Flush waits until the calls RetryAsync keeps are sent (running this
+// thread's own calls meanwhile). Without RetryAsync it does nothing:
+// Messenger calls are written at once.
 func (m *Messengers) Flush() error {
-	if m.async == nil {
+	if m.keeper == nil {
 		return nil
 	}
-	for _, d := range m.async.out {
-		for len(d.queue) > 0 {
-			if err := m.drainAsync(); err != nil {
-				return err
-			}
-			if len(d.queue) > 0 && m.Poll() == 0 {
-				time.Sleep(10 * time.Microsecond) // idle wait: the receiver is behind
-			}
-		}
-	}
-	return nil
-}
-
-// drainAsync sends kept calls while their messengers have room.
-func (m *Messengers) drainAsync() error {
-	for dst, d := range m.async.out {
-		if err := m.async.drain(dst, d, Fail); err != nil {
+	var w replyWait
+	for {
+		n, err := m.keeper.status()
+		if err != nil || m.keeper.busy() == 0 {
 			return err
 		}
+		if m.Poll() > 0 {
+			w.progress()
+		} else {
+			if err := m.f.DeadErr(); err != nil {
+				return fmt.Errorf("riutils: %d bytes kept: %w", n, err)
+			}
+			w.wait()
+		}
 	}
-	return nil
 }
 
 // Kept returns the bytes of calls RetryAsync keeps locally.
 func (m *Messengers) Kept() int {
-	if m.async == nil {
-		return 0
-	}
-	return m.async.Exceeding()
+	n, _ := m.keeper.status()
+	return n
 }
 
 // ID returns the thread the messengers belong to.
@@ -358,6 +352,13 @@ func (m *Messengers) ID() dsfabric.ThreadID { return m.self }
 // are the Poller's to report (Poller.Stats).
 func (m *Messengers) Stats() Stats {
 	s := m.stats
+	if k := m.keeper; k != nil {
+		k.mu.Lock()
+		s.Calls += k.stats.Calls
+		s.Rotations += k.stats.Rotations
+		s.Grows += k.stats.Grows
+		k.mu.Unlock()
+	}
 	if !m.delegated {
 		s.Received, s.UnknownHandlers = m.rx.stats.Received, m.rx.stats.UnknownHandlers
 	}

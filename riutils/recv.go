@@ -35,20 +35,14 @@ type rxState struct {
 }
 
 // Poll runs the calls written to this thread, in each sender's order, and
-// returns how many ran; with RetryAsync it also sends kept calls. Handlers
-// get a *dsfabric.Call valid only until they return. A Poll from inside a
-// handler (directly, or by a call that waits for room) runs no calls: the
-// records being run must stay where they are. With a Poller, the Poller
-// runs the calls and Poll only sends kept calls.
+// returns how many ran. Handlers get a *dsfabric.Call valid only until they
+// return. A Poll from inside a handler (directly, or by a call that waits
+// for room) runs no calls: the records being run must stay where they are.
+// With a Poller, the Poller runs the calls and Poll does nothing.
 func (m *Messengers) Poll() int {
 	n := 0
 	if !m.delegated {
 		n = m.pollIn()
-	}
-	if m.async != nil {
-		if err := m.drainAsync(); err != nil {
-			m.p.log.Warn("riutils: sending kept calls", "err", err)
-		}
 	}
 	return n
 }

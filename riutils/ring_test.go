@@ -403,3 +403,48 @@ func TestShutdownHandshake(t *testing.T) {
 		t.Fatal("calls out of order")
 	}
 }
+
+// TestRetryAsyncHelperSends: calls RetryAsync keeps go out from its helper
+// goroutine while the calling thread makes no riutils call at all, in
+// order, and Stats counts them.
+func TestRetryAsyncHelperSends(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 1 << 20}
+	var seq sequence
+	var h dsfabric.HandlerID
+	accepted := make(chan int)
+	released := make(chan struct{})
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			err := stalledReceiver(&seq, accepted)(m)
+			close(released)
+			return err
+		},
+		func(m *Messengers) error {
+			var args [8]byte
+			n := 0
+			for ; m.Kept() < 64<<10; n++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(n))
+				if err := m.Call(0, h, args[:]); err != nil {
+					return err
+				}
+			}
+			accepted <- n
+			select { // no Poll, no Flush, no call: only the helper can send
+			case <-released:
+			case <-time.After(60 * time.Second):
+				return fmt.Errorf("kept calls never arrived: %d of %d ran, %d bytes still kept", seq.total.Load(), n, m.Kept())
+			}
+			if err := m.Flush(); err != nil {
+				return err
+			}
+			if m.Kept() != 0 || m.Stats().Calls != int64(n) {
+				return fmt.Errorf("after the helper: %d bytes kept, %d calls counted, want 0 and %d", m.Kept(), m.Stats().Calls, n)
+			}
+			// The thread drives the messenger again.
+			binary.LittleEndian.PutUint64(args[:], uint64(n))
+			return m.Call(0, h, args[:])
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
+	}
+}

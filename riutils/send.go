@@ -28,6 +28,10 @@ type sender struct {
 	fb      *atomic.Uint64
 	fbLoc   alloc.Locator
 	grew    bool // chunks were inserted after cur: the rotation must say so
+	// The memory and counters of whoever drives the sender: its thread, or
+	// the RetryAsync keeper while calls to dst are kept.
+	ring *alloc.LinearCircular
+	st   *Stats
 }
 
 // sender returns the messenger to dst, setting it up on first use.
@@ -46,7 +50,7 @@ func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
 	}
 	fbm, _ := m.fbReg.Memory(8*int(dst), 8)
 	s := &sender{m: m, dst: dst, rank: rank, tx: tx, seq: 1, pos: recordsStart,
-		fb: (*atomic.Uint64)(unsafe.Pointer(&fbm.Bytes()[0])), fbLoc: fbm.Locator()}
+		fb: (*atomic.Uint64)(unsafe.Pointer(&fbm.Bytes()[0])), fbLoc: fbm.Locator(), ring: m.ring, st: &m.stats}
 	locs, err := s.allocate(m.p.cfg.ChunksPerAllocation)
 	if err != nil {
 		return nil, fmt.Errorf("riutils: setting up the messenger to thread %d: %w", dst, err)
@@ -120,8 +124,8 @@ func (m *Messengers) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 		m.closed[dst] = fmt.Errorf("%w: thread %d closed its messenger from thread %d", ErrClosed, dst, m.self)
 		return m.closed[dst]
 	}
-	if m.async != nil {
-		return m.async.ovfl(dst, h, args, buf)
+	if m.keeper != nil {
+		return m.keeper.call(s, h, args, buf)
 	}
 	ok, err := m.callTo(s, h, args, buf, m.p.cfg.Policy)
 	if !ok && err == nil {
@@ -140,6 +144,7 @@ func (m *Messengers) call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf
 	if err != nil {
 		return false, err
 	}
+	m.own(s)
 	return m.callTo(s, h, args, buf, policy)
 }
 
@@ -186,7 +191,7 @@ func (s *sender) write(mem alloc.Memory) error {
 		return err
 	}
 	s.pos += mem.Len()
-	s.m.stats.Calls++
+	s.st.Calls++
 	return nil
 }
 
@@ -208,7 +213,7 @@ func (s *sender) rotate(policy Policy) error {
 			s.lastUse = append(s.lastUse[:s.cur+1], append(make([]uint64, len(locs)), s.lastUse[s.cur+1:]...)...)
 			s.grew = true
 			next = s.cur + 1
-			s.m.stats.Grows++
+			s.st.Grows++
 			break
 		}
 		if policy == Fail {
@@ -228,7 +233,7 @@ func (s *sender) rotate(policy Policy) error {
 		pw |= prodGrow
 		s.grew = false
 	}
-	mem, err := s.m.alloc(s.tx, 8)
+	mem, err := allocFrom(s.ring, s.tx, 8)
 	if err != nil {
 		return err
 	}
@@ -240,7 +245,7 @@ func (s *sender) rotate(policy Policy) error {
 	s.lastUse[s.cur] = s.seq
 	s.seq++
 	s.cur, s.pos = next, recordsStart
-	s.m.stats.Rotations++
+	s.st.Rotations++
 	return nil
 }
 
@@ -254,11 +259,10 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 	if !ok {
 		return nil
 	}
-	if m.async != nil {
-		if d, ok := m.async.out[dst]; ok && len(d.queue) > 0 {
-			return fmt.Errorf("riutils: %d bytes kept for thread %d: Flush before Shutdown", d.queued, dst)
-		}
+	if n := m.keeper.kept(dst); n > 0 {
+		return fmt.Errorf("riutils: %d bytes kept for thread %d: Flush before Shutdown", n, dst)
 	}
+	m.own(s)
 	mem, err := m.alloc(s.tx, 8)
 	if err != nil {
 		return err
