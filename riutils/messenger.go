@@ -90,8 +90,10 @@ type Process struct {
 	handlers *dsfabric.Handlers
 	f        atomic.Pointer[dsfabric.Fabric]
 	zone     *alloc.ZoneAllocator
-	zoneMu   sync.Mutex
-	inboxes  []*inbox // by local thread rank
+	zoneMu   sync.Mutex             // guards zone, free and byBase
+	free     []alloc.Memory         // chunks of shut-down messengers
+	byBase   map[*byte]alloc.Memory // every chunk, by its first byte
+	inboxes  []*inbox               // by local thread rank
 	msgrs    []*Messengers
 	msgrsMu  sync.Mutex
 	allocID  dsfabric.HandlerID
@@ -114,7 +116,7 @@ func NewProcess(h *dsfabric.Handlers, cfg Config) (*Process, error) {
 	if cfg.MaxAsyncBytes == 0 {
 		cfg.MaxAsyncBytes = 64 << 20
 	}
-	p := &Process{cfg: cfg, log: cfg.Logger, handlers: h, bound: make(chan struct{})}
+	p := &Process{cfg: cfg, log: cfg.Logger, handlers: h, bound: make(chan struct{}), byBase: map[*byte]alloc.Memory{}}
 	id, err := h.Register("riutils.alloc-chunks", p.allocChunks)
 	if err != nil {
 		return nil, err
@@ -199,16 +201,14 @@ func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
 	if !n.Valid(dst) || n.Rank(dst) != f.Rank() || size != p.cfg.ChunkSize || count < 1 || count > p.cfg.MaxChunks {
 		return nil, fmt.Errorf("%w: allocation of %d×%d bytes for thread %d", ErrProtocol, count, size, dst)
 	}
-	p.zoneMu.Lock()
-	m, err := p.zone.Alloc(count * size)
-	p.zoneMu.Unlock()
+	mems, err := p.chunks(count)
 	if err != nil {
 		return nil, err
 	}
 	batch := make([][]byte, count)
 	out := binary.LittleEndian.AppendUint32(nil, uint32(count))
 	for i := range batch {
-		cm, _ := m.Slice(i*size, size)
+		cm := mems[i]
 		b := cm.Bytes()
 		clear(b) // fresh memfd pages are zero; recycled ones may not be
 		binary.LittleEndian.PutUint32(b[0:], uint32(src))
@@ -224,6 +224,43 @@ func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
 	in.mu.Unlock()
 	ib.fresh.Store(true)
 	return out, nil
+}
+
+// chunks returns count chunks: chunks of shut-down messengers first, then
+// new ones from the zone.
+func (p *Process) chunks(count int) ([]alloc.Memory, error) {
+	size := p.cfg.ChunkSize
+	p.zoneMu.Lock()
+	defer p.zoneMu.Unlock()
+	var out []alloc.Memory
+	for len(out) < count && len(p.free) > 0 {
+		out = append(out, p.free[len(p.free)-1])
+		p.free = p.free[:len(p.free)-1]
+	}
+	if need := count - len(out); need > 0 {
+		m, err := p.zone.Alloc(need * size)
+		if err != nil {
+			p.free = append(p.free, out...)
+			return nil, err
+		}
+		for i := 0; i < need; i++ {
+			cm, _ := m.Slice(i*size, size)
+			p.byBase[&cm.Bytes()[0]] = cm
+			out = append(out, cm)
+		}
+	}
+	return out, nil
+}
+
+// release returns the chunks of a shut-down messenger for reuse.
+func (p *Process) release(chunks [][]byte) {
+	p.zoneMu.Lock()
+	defer p.zoneMu.Unlock()
+	for _, c := range chunks {
+		if cm, ok := p.byBase[&c[0]]; ok {
+			p.free = append(p.free, cm)
+		}
+	}
 }
 
 // take returns the next batch allocated for the sender, if any.

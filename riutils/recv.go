@@ -236,10 +236,19 @@ func (r *receiver) feedback(v uint64) error {
 
 // shutdown ends this messenger after the sender's last record: the inbox
 // forgets the sender (a later call sets up a new messenger), then the sender
-// gets its acknowledgement. The chunks are not returned to the zone.
+// gets its acknowledgement. The sender writes nothing after the shutdown
+// word, so the chunks (and any allocated for a growth that never came) go
+// back to the process for the next messenger.
 func (r *receiver) shutdown() error {
 	r.m.inbox.senders.Delete(r.src)
 	r.done = true
+	// Release before acknowledging: the sender's next messenger may ask
+	// for chunks as soon as it has the acknowledgement.
+	for b := r.in.take(); b != nil; b = r.in.take() {
+		r.chunks = append(r.chunks, b...)
+	}
+	r.m.p.release(r.chunks)
+	r.chunks = nil
 	return r.feedback(r.consumed | r.request | fbAck)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -447,4 +448,49 @@ func TestRetryAsyncHelperSends(t *testing.T) {
 	if seq.bad.Load() != 0 {
 		t.Fatal("calls out of order")
 	}
+}
+
+// TestShutdownReturnsChunks: a thread that opens and shuts a messenger 40
+// times does not grow the receiver's memory: a shut-down messenger's chunks
+// serve the next one.
+func TestShutdownReturnsChunks(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 4, Policy: Retry}
+	var seq sequence
+	var h dsfabric.HandlerID
+	var done atomic.Bool
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			for !done.Load() {
+				m.Poll()
+			}
+			return m.Err()
+		},
+		func(m *Messengers) error {
+			defer done.Store(true)
+			var args [8]byte
+			var after2 int64
+			for round := 0; round < 40; round++ {
+				for i := 0; i < 100; i++ { // 100 × 24 B: one chunk and a bit
+					binary.LittleEndian.PutUint64(args[:], uint64(round*100+i))
+					if err := m.Call(0, h, args[:]); err != nil {
+						return err
+					}
+				}
+				if err := m.Shutdown(context.Background(), 0); err != nil {
+					return err
+				}
+				m.p.zoneMu.Lock()
+				used := m.p.zone.Stats().BumpBytes
+				m.p.zoneMu.Unlock()
+				if round == 1 {
+					after2 = used
+				} else if round > 1 && used != after2 {
+					return fmt.Errorf("round %d: the chunk zone grew from %d to %d bytes", round, after2, used)
+				}
+			}
+			if seq.total.Load() != 4000 {
+				return fmt.Errorf("%d calls ran, want 4000", seq.total.Load())
+			}
+			return nil
+		})
 }

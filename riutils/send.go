@@ -51,6 +51,11 @@ func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
 	fbm, _ := m.fbReg.Memory(8*int(dst), 8)
 	s := &sender{m: m, dst: dst, rank: rank, tx: tx, seq: 1, pos: recordsStart,
 		fb: (*atomic.Uint64)(unsafe.Pointer(&fbm.Bytes()[0])), fbLoc: fbm.Locator(), ring: m.ring, st: &m.stats}
+	// The word may hold the count and acknowledgement of an earlier,
+	// shut-down messenger to dst, whose receiver writes nothing more: a
+	// stale count would let this one refill chunks not yet consumed, and a
+	// stale acknowledgement would end its own shutdown early.
+	s.fb.Store(0)
 	locs, err := s.allocate(m.p.cfg.ChunksPerAllocation)
 	if err != nil {
 		return nil, fmt.Errorf("riutils: setting up the messenger to thread %d: %w", dst, err)
