@@ -37,7 +37,7 @@ type Config struct {
 	// InFlight bounds the rollouts under way at once in a phase (started,
 	// not yet backpropagated to the root): more keeps more threads busy,
 	// fewer keeps the search closer to sequential. Default 8 per worker
-	// thread of the job.
+	// thread of the job, times the number of processes.
 	InFlight int
 	// Progress, if set, is called on the root's thread (rank 0) about every
 	// ProgressEvery during a phase with the rollouts done so far.

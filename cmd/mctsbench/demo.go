@@ -79,7 +79,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.Float64Var(&o.c, "c", 1.0, "UCB exploration constant")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
 	fs.BoolVar(&o.seq, "seq", false, "run the sequential baseline (no fabric) instead")
-	fs.IntVar(&o.inFlight, "inflight", 0, "rollouts under way at once (0: 8 per worker thread)")
+	fs.IntVar(&o.inFlight, "inflight", 0, "rollouts under way at once (0: 8 per worker thread × processes)")
 	fs.BoolVar(&o.noShortcut, "no-shortcut", false, "send every node operation as a call, even within a process")
 }
 

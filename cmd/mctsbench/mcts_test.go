@@ -93,25 +93,26 @@ func TestHTPCommand(t *testing.T) {
 		t.Run(c[0], func(t *testing.T) {
 			args := append([]string{"htp", "-visits", "500", "-seed", "3"}, c...)
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
-			in := "name\nboardsize 3\ngenmove b\nplay w b2\nplay w b2\nshowboard\nquit\n"
+			// Black has a1-a3 and only a4 wins at once: genmove must find
+			// it; then the game is over and White's moves are refused.
+			in := "name\nboardsize 4\nplay b a1\nplay w d1\nplay b a2\nplay w d2\nplay b a3\nplay w d3\n" +
+				"genmove b\nplay w a4\nplay w b4\nshowboard\nquit\n"
 			var out, errb bytes.Buffer
 			if code := run(args, strings.NewReader(in), &out, &errb); code != 0 {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			replies := strings.Split(out.String(), "\n\n")
-			if len(replies) < 6 {
+			if len(replies) < 12 {
 				t.Fatalf("replies %q", replies)
 			}
-			// genmove on the empty 3×3 board plays the winning centre; White
-			// playing there is then refused, twice alike.
-			occupied := "? illegal move b2: hex: cell is occupied: b2"
-			for i, w := range []string{"= seriema-mcts", "= ", "= b2", occupied, occupied} {
+			want := []string{"= seriema-mcts", "= ", "= ", "= ", "= ", "= ", "= ", "= ", "= a4", "? hex: the game is over", "? hex: the game is over"}
+			for i, w := range want {
 				if replies[i] != w {
 					t.Errorf("reply %d: %q, want %q", i, replies[i], w)
 				}
 			}
-			if !strings.Contains(replies[5], "X") {
-				t.Errorf("showboard: %q", replies[5])
+			if !strings.Contains(replies[11], "X") || !strings.Contains(replies[11], "O") {
+				t.Errorf("showboard: %q", replies[11])
 			}
 		})
 	}
