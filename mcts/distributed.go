@@ -93,19 +93,20 @@ type arena struct {
 
 // worker is one worker thread's side of the search.
 type worker struct {
-	d     *Distributed
-	id    dsfabric.ThreadID
-	m     *riutils.Messengers
-	agg   *riutils.Aggregator
-	rng   *rand.Rand
-	arena arena
-	simMu sync.Mutex
-	sims  []simRequest
-	todo  []action
-	dirty []*node
-	buf   []byte
-	stats Stats
-	stop  bool
+	d        *Distributed
+	id       dsfabric.ThreadID
+	m        *riutils.Messengers
+	agg      *riutils.Aggregator
+	rng      *rand.Rand
+	arena    arena
+	simMu    sync.Mutex
+	sims     []simRequest
+	todo     []action
+	dirty    []*node
+	buf      []byte // a call's arguments, reused
+	stateBuf []byte // a child state's wire form, reused
+	stats    Stats
+	stop     bool
 	// thread 0 of rank 0 only
 	gathered []Stats
 	closing  chan []Stats
@@ -435,11 +436,12 @@ func (w *worker) send(dst dsfabric.ThreadID, a action) {
 	w.buf = a.encode(w.buf[:0])
 	var err error
 	if a.kind == kindCreate {
-		st, eerr := a.state.AppendBinary(nil)
+		st, eerr := a.state.AppendBinary(w.stateBuf[:0])
 		if eerr != nil {
 			w.d.fail(fmt.Errorf("mcts: encoding a state: %w", eerr))
 			return
 		}
+		w.stateBuf = st
 		err = w.agg.CallBuffer(dst, w.d.ids[a.kind], w.buf, st)
 	} else {
 		err = w.agg.Call(dst, w.d.ids[a.kind], w.buf)
