@@ -3,7 +3,6 @@ package dsfabric
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -45,7 +44,7 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 	copy(b[callHeader+len(args):], tail)
 	msg, _ := p.buf.Slice(0, n)
 	deadline := time.Now().Add(rnrTimeout)
-	var backoff dtutils.Backoff
+	backoff := dtutils.HotWait{Yield: rnrHot}
 	for {
 		if pre != nil {
 			if err := p.qp.Post(*pre); err != nil {
@@ -63,18 +62,13 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 		case dtutils.StatusSuccess:
 			return nil
 		case dtutils.StatusReceiverNotReady:
-			now := time.Now()
-			if now.After(deadline) {
+			if time.Now().After(deadline) {
 				return fmt.Errorf("dsfabric: rank %d posted no receive buffer for %v: %w", rank, rnrTimeout, dtutils.ErrReceiverNotReady)
 			}
 			// The receiver reposts within microseconds when it is merely
 			// behind: yield rather than sleep on a timer (about a
 			// millisecond here) until rnrHot has passed.
-			if now.Sub(deadline.Add(-rnrTimeout)) < rnrHot {
-				runtime.Gosched()
-			} else {
-				backoff.Wait()
-			}
+			backoff.Wait()
 		case dtutils.StatusConnectionLost:
 			return f.lost(rank, dtutils.ErrConnectionLost)
 		default:

@@ -49,3 +49,49 @@ func (b *Backoff) Sleepy() bool { return b.n >= spinRounds+yieldRounds }
 
 // Reset starts over after progress.
 func (b *Backoff) Reset() { b.n = 0 }
+
+// HotWait waits for something expected soon, where a timer sleep would cost
+// far more than the wait itself (about a millisecond on some machines): it
+// keeps polling (Wait returns at once) for Spin, yields the processor until
+// Yield has passed since the first Wait, and only then backs off to
+// sleeping. Yielding a goroutine locked to its thread hands the processor
+// over through futexes, so loops on locked threads favour Spin.
+type HotWait struct {
+	Spin, Yield time.Duration
+	start       time.Time
+	b           Backoff
+}
+
+// Wait performs one round of waiting.
+func (w *HotWait) Wait() {
+	switch d := w.Waited(); {
+	case d < w.Spin:
+	case d < w.Yield:
+		runtime.Gosched()
+	default:
+		w.b.Wait()
+	}
+}
+
+// Hot reports whether the spinning and yielding phases are not over: a
+// waiter with a doorbell blocks on it once Hot is false.
+func (w *HotWait) Hot() bool { return w.Waited() < max(w.Spin, w.Yield) }
+
+// Waited returns how long this wait has lasted (starting it if needed).
+func (w *HotWait) Waited() time.Duration {
+	now := time.Now()
+	if w.start.IsZero() {
+		w.start = now
+	}
+	return now.Sub(w.start)
+}
+
+// Waiting reports whether a wait is under way (Wait or Hot was called since
+// the last Reset).
+func (w *HotWait) Waiting() bool { return !w.start.IsZero() }
+
+// Reset starts over after progress.
+func (w *HotWait) Reset() {
+	w.start = time.Time{}
+	w.b.Reset()
+}

@@ -2,7 +2,6 @@ package dtutils
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,8 +103,9 @@ type sleeper interface {
 const hotWait = 50 * time.Microsecond
 
 func waitOn(ctx context.Context, q sleeper, dst []Completion) (int, error) {
-	var b Backoff
-	var idle time.Time
+	// Poll, spinning then yielding, for hotWait before sleeping: a sender
+	// of a steady stream then never pays a futex wake-up per message.
+	w := HotWait{Spin: 2 * time.Microsecond, Yield: hotWait}
 	for {
 		if n := q.Poll(dst); n > 0 {
 			return n, nil
@@ -113,22 +113,13 @@ func waitOn(ctx context.Context, q sleeper, dst []Completion) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		if !b.Sleepy() {
-			b.Wait()
-			continue
-		}
-		// Stay awake (yielding) for hotWait before sleeping: a sender of a
-		// steady stream then never pays a futex wake-up per message.
-		if idle.IsZero() {
-			idle = time.Now()
-		}
-		if time.Since(idle) < hotWait {
-			runtime.Gosched()
+		if w.Hot() {
+			w.Wait()
 			continue
 		}
 		if n := q.sleep(ctx, dst); n > 0 {
 			return n, nil
 		}
-		idle = time.Time{}
+		w.Reset()
 	}
 }

@@ -322,11 +322,13 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 		d.fail(fmt.Errorf("mcts: thread %d: %w", fw.ID(), err))
 		return
 	}
-	var b dtutils.Backoff
-	var lastProgress, lastBusy time.Time
-	busy, round := false, 0
-	var idleSince time.Time
-	for !w.stop {
+	// Stay awake polling for hotWindow after the last work: a search is on
+	// and the next call is microseconds away, a timer sleep would cost a
+	// millisecond here, and yielding a locked thread hands the processor
+	// over through futexes. Then back off.
+	idle := dtutils.HotWait{Spin: hotWindow, Yield: hotWindow}
+	var lastProgress time.Time
+	for round := 0; !w.stop; round++ {
 		n := m.Poll() + fw.Poll()
 		n += w.runTodo()
 		for i := 0; i < simsPerRound && w.simulate(); i++ {
@@ -338,11 +340,8 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 		n += w.startRollouts()
 		w.runTodo()
 		w.flushDirty()
-		round++
-		if n == 0 || round%flushEvery == 0 {
-			if err := w.agg.Flush(); err != nil {
-				d.fail(fmt.Errorf("mcts: thread %d: %w", w.id, err))
-			}
+		if err := w.agg.Flush(); err != nil {
+			d.fail(fmt.Errorf("mcts: thread %d: %w", w.id, err))
 		}
 		if err := m.Err(); err != nil {
 			d.fail(err)
@@ -362,55 +361,29 @@ func (d *Distributed) run(fw *dsfabric.Worker) {
 				return
 			}
 		}
-		now := nowIfIdle(n)
-		if n > 0 && !idleSince.IsZero() {
+		if n == 0 {
+			idle.Wait()
+			continue
+		}
+		if idle.Waiting() {
 			// Count waits within a search, not the gaps between searches.
-			if d := time.Since(idleSince); d < hotWindow {
+			if d := idle.Waited(); d < hotWindow {
 				w.stats.IdleNs += uint64(d)
 			}
-			idleSince = time.Time{}
-		}
-		if n == 0 && idleSince.IsZero() {
-			idleSince = now
-		}
-		switch {
-		case n > 0:
-			b.Reset()
-			busy = true
-		case busy:
-			// Recently busy: a search is on and the next call is
-			// microseconds away, but a timer sleep would cost a
-			// millisecond here, and yielding a thread locked to its
-			// goroutine hands the processor to another thread through
-			// futexes. Keep polling for hotWindow, then back off.
-			lastBusy, busy = now, false
-		case now.Sub(lastBusy) < hotWindow:
-		default:
-			b.Wait()
+			idle.Reset()
 		}
 	}
 	_ = w.agg.Flush()
 }
 
-// A round of the worker loop runs up to simsPerRound leaf evaluations, and
-// every flushEvery rounds (or when idle) flushes the aggregator: batches
-// then hold several evaluations' worth of calls.
-const (
-	simsPerRound = 2
-	flushEvery   = 1
-)
+// A round of the worker loop runs up to simsPerRound leaf evaluations, then
+// flushes the aggregator: a batch holds a round's calls.
+const simsPerRound = 2
 
 // hotWindow is how long a worker thread stays awake after its last work
 // before its loop backs off to sleeping: long enough to bridge the gaps of a
 // running search, short enough that an idle job costs nothing.
 const hotWindow = 20 * time.Millisecond
-
-func nowIfIdle(n int) time.Time {
-	if n > 0 {
-		return time.Time{}
-	}
-	return time.Now()
-}
 
 // runTodo does the queued actions (more may be queued meanwhile).
 func (w *worker) runTodo() int {

@@ -66,10 +66,10 @@ func (s *Synchronizer) Count() int { return int(s.word.Load()) }
 // meanwhile, or with ctx's error, or with an error naming a rank of the job
 // that died (its calls may never be counted down).
 func (s *Synchronizer) Wait(ctx context.Context) error {
-	var w replyWait
+	w := replyWait()
 	for s.word.Load() > 0 {
 		if s.m.Poll() > 0 {
-			w.progress()
+			w.Reset()
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -78,7 +78,7 @@ func (s *Synchronizer) Wait(ctx context.Context) error {
 		if err := s.m.f.DeadErr(); err != nil {
 			return fmt.Errorf("riutils: synchronizer with %d calls outstanding: %w", s.word.Load(), err)
 		}
-		w.wait()
+		w.Wait()
 	}
 	return nil
 }

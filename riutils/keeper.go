@@ -131,12 +131,12 @@ func (k *keeper) busy() int {
 // own waits, running this thread's calls, until the thread drives s (an
 // Aggregator or a shutdown must not write while kept calls go out).
 func (m *Messengers) own(s *sender) {
-	var w replyWait
+	w := replyWait()
 	for !m.keeper.idle(s.dst) {
 		if m.Poll() > 0 {
-			w.progress()
+			w.Reset()
 		} else {
-			w.wait()
+			w.Wait()
 		}
 	}
 }

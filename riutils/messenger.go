@@ -359,19 +359,19 @@ func (m *Messengers) Flush() error {
 	if m.keeper == nil {
 		return nil
 	}
-	var w replyWait
+	w := replyWait()
 	for {
 		n, err := m.keeper.status()
 		if err != nil || m.keeper.busy() == 0 {
 			return err
 		}
 		if m.Poll() > 0 {
-			w.progress()
+			w.Reset()
 		} else {
 			if err := m.f.DeadErr(); err != nil {
 				return fmt.Errorf("riutils: %d bytes kept: %w", n, err)
 			}
-			w.wait()
+			w.Wait()
 		}
 	}
 }

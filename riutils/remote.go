@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -58,7 +57,7 @@ func (m *Messengers) CallReturn(ctx context.Context, dst dsfabric.ThreadID, h ds
 	if err := m.CallBuffer(dst, returnHandler, a, nil); err != nil {
 		return nil, err
 	}
-	var w replyWait
+	w := replyWait()
 	for {
 		h0 := word(obj.slot, 0).Load()
 		if n := int(uint32(h0)); n <= obj.cap {
@@ -72,7 +71,7 @@ func (m *Messengers) CallReturn(ctx context.Context, dst dsfabric.ThreadID, h ds
 			}
 		}
 		if m.Poll() > 0 {
-			w.progress()
+			w.Reset()
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -81,7 +80,7 @@ func (m *Messengers) CallReturn(ctx context.Context, dst dsfabric.ThreadID, h ds
 		if _, err := m.f.Transmitter(m.f.Names().Rank(dst)); err != nil {
 			return nil, err // the callee died
 		}
-		w.wait()
+		w.Wait()
 	}
 }
 
@@ -163,35 +162,8 @@ func (v *RemoteValue[T]) Call(ctx context.Context, dst dsfabric.ThreadID, h dsfa
 // Close releases the slot.
 func (v *RemoteValue[T]) Close() error { return v.obj.Close(v.m) }
 
-// replyWait is the waiting discipline of a thread waiting for a reply or a
-// notification: a reply over shm is a microsecond away and over tcp tens of
-// microseconds, while a timer sleep costs up to a millisecond on some
-// machines. So: poll for spinFor, then yield until yieldFor, and only then
-// back off to sleeping.
-type replyWait struct {
-	start time.Time
-	b     dtutils.Backoff
-}
-
-const (
-	spinFor  = 20 * time.Microsecond
-	yieldFor = 2 * time.Millisecond
-)
-
-// progress restarts the discipline after something happened.
-func (w *replyWait) progress() { w.start = time.Time{}; w.b.Reset() }
-
-// wait performs one round of waiting.
-func (w *replyWait) wait() {
-	now := time.Now() // also paces the polling
-	if w.start.IsZero() {
-		w.start = now
-	}
-	switch d := now.Sub(w.start); {
-	case d < spinFor:
-	case d < yieldFor:
-		runtime.Gosched()
-	default:
-		w.b.Wait()
-	}
+// replyWait is how a thread waits for a reply or a notification: a reply
+// over shm is a microsecond away and over tcp tens of microseconds.
+func replyWait() dtutils.HotWait {
+	return dtutils.HotWait{Spin: 20 * time.Microsecond, Yield: 2 * time.Millisecond}
 }

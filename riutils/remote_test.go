@@ -27,10 +27,7 @@ func TestCallReturnRemoteObject(t *testing.T) {
 				hStop, _ = hs.Register("stop", func(c *dsfabric.Call, a []byte) ([]byte, error) { stop.Store(true); return nil, nil })
 			}, func(m *Messengers) error {
 				if m.ID() == 1 {
-					for !stop.Load() {
-						m.Poll()
-					}
-					return m.Err()
+					return serveUntil(m, &stop)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()

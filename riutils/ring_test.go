@@ -24,6 +24,15 @@ func twoThreads(t *testing.T, cfg Config, reg func(*dsfabric.Handlers), receiver
 	})
 }
 
+// serveUntil is a receiver body: it runs its calls until stop is set, then
+// reports any protocol error.
+func serveUntil(m *Messengers, stop *atomic.Bool) error {
+	for !stop.Load() {
+		m.Poll()
+	}
+	return m.Err()
+}
+
 // stalledReceiver is a receiver body that polls nothing until the sender
 // sends, on accepted, how many calls it made; then it takes them all.
 func stalledReceiver(seq *sequence, accepted <-chan int) func(m *Messengers) error {
@@ -460,10 +469,7 @@ func TestShutdownReturnsChunks(t *testing.T) {
 	var done atomic.Bool
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
-			for !done.Load() {
-				m.Poll()
-			}
-			return m.Err()
+			return serveUntil(m, &done)
 		},
 		func(m *Messengers) error {
 			defer done.Store(true)

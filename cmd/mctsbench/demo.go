@@ -329,12 +329,9 @@ func printSummary(w io.Writer, s *DemoSummary) {
 // startProfile writes this process's CPU profile to prefix.rankN (N from
 // the launcher's environment, 0 for the first process).
 func startProfile(prefix string) (func(), error) {
-	rank := "0"
-	for _, v := range []string{dsfabric.EnvRank, "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"} {
-		if r := os.Getenv(v); r != "" {
-			rank = r
-			break
-		}
+	rank, ok := launcherRank()
+	if !ok {
+		rank = "0"
 	}
 	f, err := os.Create(prefix + ".rank" + rank)
 	if err != nil {

@@ -12,15 +12,21 @@ import (
 	"github.com/seriema-go/seriema/riutils"
 )
 
-// underLauncher reports whether this process is a rank of a job started by
-// dsfabric's self-launcher, mpirun, srun or a PMI launcher.
-func underLauncher() bool {
+// launcherRank returns this process's rank when it is a rank of a job
+// started by dsfabric's self-launcher, mpirun, srun or a PMI launcher.
+func launcherRank() (string, bool) {
 	for _, v := range []string{dsfabric.EnvRank, "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"} {
-		if os.Getenv(v) != "" {
-			return true
+		if r := os.Getenv(v); r != "" {
+			return r, true
 		}
 	}
-	return false
+	return "", false
+}
+
+// underLauncher reports whether this process is a rank of a launched job.
+func underLauncher() bool {
+	_, ok := launcherRank()
+	return ok
 }
 
 // runStats is the receiver's side of one run.
