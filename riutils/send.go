@@ -95,6 +95,12 @@ func (s *sender) allocate(k int) ([]alloc.Locator, error) {
 	return locs, nil
 }
 
+// failed names the destination in a transport error, so that a caller
+// learns which rank went away.
+func (s *sender) failed(err error) error {
+	return fmt.Errorf("riutils: writing to thread %d on rank %d: %w", s.dst, s.rank, err)
+}
+
 // free reports whether slot j may be filled: never used, or the receiver
 // has consumed the fill that last used it.
 func (s *sender) free(j int) bool { return s.lastUse[j] == 0 || s.fb.Load()&fbCount >= s.lastUse[j] }
@@ -193,7 +199,7 @@ func (s *sender) reserve(size int, policy Policy) (bool, error) {
 func (s *sender) write(mem alloc.Memory) error {
 	loc, _ := s.chunks[s.cur].Sub(uint64(s.pos), uint64(mem.Len()))
 	if err := s.tx.Write(mem, loc); err != nil {
-		return err
+		return s.failed(err)
 	}
 	s.pos += mem.Len()
 	s.st.Calls++
@@ -245,7 +251,7 @@ func (s *sender) rotate(policy Policy) error {
 	binary.LittleEndian.PutUint64(mem.Bytes(), pw)
 	loc, _ := s.chunks[s.cur].Sub(offProducer, 8)
 	if err := s.tx.Write(mem, loc); err != nil {
-		return err
+		return s.failed(err)
 	}
 	s.lastUse[s.cur] = s.seq
 	s.seq++
@@ -275,7 +281,7 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 	binary.LittleEndian.PutUint64(mem.Bytes(), uint64(s.pos)|prodShutdown)
 	loc, _ := s.chunks[s.cur].Sub(offProducer, 8)
 	if err := s.tx.Write(mem, loc); err != nil {
-		return err
+		return s.failed(err)
 	}
 	var b dtutils.Backoff
 	for s.fb.Load()&fbAck == 0 {
