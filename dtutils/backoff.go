@@ -12,6 +12,11 @@ import (
 // waiting only: timers are coarse (see Sleepy), so loops that need low
 // latency stop calling Wait once Sleepy reports true and block on a doorbell.
 type Backoff struct {
+	// Idle, if set, is called once when the waiter starts sleeping on
+	// timers: a loop that polls memory written over tcp passes
+	// Process.Idle, so that the transport's engine takes over the socket
+	// instead of waiting for polls that now come a millisecond apart.
+	Idle   func()
 	n      int
 	sleeps int // timer sleeps taken (tests check loops never reach them early)
 }
@@ -34,6 +39,9 @@ func (b *Backoff) Wait() {
 	case b.n <= spinRounds+yieldRounds:
 		runtime.Gosched()
 	default:
+		if b.sleeps == 0 && b.Idle != nil {
+			b.Idle()
+		}
 		b.sleeps++
 		d := time.Duration(b.n-spinRounds-yieldRounds) * 10 * time.Microsecond
 		time.Sleep(min(d, maxPause))
@@ -48,7 +56,7 @@ func (b *Backoff) Wait() {
 func (b *Backoff) Sleepy() bool { return b.n >= spinRounds+yieldRounds }
 
 // Reset starts over after progress.
-func (b *Backoff) Reset() { b.n = 0 }
+func (b *Backoff) Reset() { b.n, b.sleeps = 0, 0 }
 
 // HotWait waits for something expected soon, where a timer sleep would cost
 // far more than the wait itself (about a millisecond on some machines): it
@@ -58,8 +66,10 @@ func (b *Backoff) Reset() { b.n = 0 }
 // over through futexes, so loops on locked threads favour Spin.
 type HotWait struct {
 	Spin, Yield time.Duration
-	start       time.Time
-	b           Backoff
+	// Idle is passed on to the Backoff of the sleeping phase.
+	Idle  func()
+	start time.Time
+	b     Backoff
 }
 
 // Wait performs one round of waiting.
@@ -69,6 +79,7 @@ func (w *HotWait) Wait() {
 	case d < w.Yield:
 		runtime.Gosched()
 	default:
+		w.b.Idle = w.Idle
 		w.b.Wait()
 	}
 }

@@ -27,6 +27,12 @@ type memCQ struct {
 	acct     *sqAccount
 	sleepers atomic.Int32
 	bell     chan struct{}
+	// progress, when set, is the queue pair's progress engine: an empty
+	// Poll drives it, so the poller itself reads the completion off the
+	// wire rather than waiting for a goroutine to be scheduled.
+	progress func() bool
+	// idle, when set, is called before a waiter sleeps on the doorbell.
+	idle func()
 }
 
 func newMemCQ(acct *sqAccount) *memCQ {
@@ -54,6 +60,14 @@ func (q *memCQ) push(c Completion) {
 }
 
 func (q *memCQ) Poll(dst []Completion) int {
+	n := q.poll(dst)
+	if n == 0 && len(dst) > 0 && q.progress != nil && q.progress() {
+		n = q.poll(dst)
+	}
+	return n
+}
+
+func (q *memCQ) poll(dst []Completion) int {
 	q.mu.Lock()
 	k := min(len(dst), q.n)
 	for i := 0; i < k; i++ {
@@ -78,8 +92,11 @@ func (q *memCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
 func (q *memCQ) sleep(ctx context.Context, dst []Completion) int {
 	q.sleepers.Add(1)
 	defer q.sleepers.Add(-1)
-	if n := q.Poll(dst); n > 0 { // a push between our last poll and the announcement
+	if n := q.poll(dst); n > 0 { // a push between our last poll and the announcement
 		return n
+	}
+	if q.idle != nil {
+		q.idle()
 	}
 	select {
 	case <-q.bell:

@@ -57,6 +57,7 @@ type Process struct {
 	// never exceed the completion ring's capacity.
 	posted, polled atomic.Uint64
 	recvCQ         *ringCQ
+	progress       progressList // engines Progress drives (tcp connections)
 }
 
 // NewProcess creates the process state and its registry.
@@ -81,7 +82,7 @@ func NewProcess(cfg ProcessConfig) (*Process, error) {
 		reg.Close()
 		return nil, err
 	}
-	p.recvCQ = &ringCQ{p.rcq, &p.polled}
+	p.recvCQ = &ringCQ{r: p.rcq, polled: &p.polled, proc: p}
 	return p, nil
 }
 
@@ -119,7 +120,7 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 	// still be vacating it (it claimed the entry and has not released the
 	// slot yet): retry for a while. Only a poster that died in those few
 	// instructions leaves the slot stuck.
-	var b Backoff
+	b := Backoff{Idle: p.Idle}
 	for start := time.Now(); !p.srq.enqueue(e[:]); {
 		if time.Since(start) > time.Second {
 			p.posted.Add(^uint64(0))
@@ -150,9 +151,20 @@ type receiveSide struct {
 type ringCQ struct {
 	r      *ring
 	polled *atomic.Uint64
+	proc   *Process
 }
 
+// Poll drives the process's progress engines when the ring is empty: a
+// receive arriving over tcp then lands on the polling thread.
 func (q *ringCQ) Poll(dst []Completion) int {
+	n := q.poll(dst)
+	if n == 0 && len(dst) > 0 && q.proc.Progress() > 0 {
+		n = q.poll(dst)
+	}
+	return n
+}
+
+func (q *ringCQ) poll(dst []Completion) int {
 	var e [recvComplSize]byte
 	n := 0
 	for n < len(dst) && q.r.dequeue(e[:]) {
@@ -170,6 +182,7 @@ func (q *ringCQ) Wait(ctx context.Context, dst []Completion) (int, error) {
 // sleep blocks on the ring's futex doorbell, at most 50 ms so that ctx is
 // rechecked.
 func (q *ringCQ) sleep(ctx context.Context, dst []Completion) int {
+	q.proc.Idle()
 	q.r.sleep(50*time.Millisecond, func() bool { return !q.r.empty() })
 	return 0
 }

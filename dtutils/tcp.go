@@ -1,7 +1,6 @@
 package dtutils
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,10 +9,12 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
+	"golang.org/x/sys/unix"
 )
 
 // TCPConfig configures the tcp provider.
@@ -37,12 +38,25 @@ func DefaultTCPConfig() TCPConfig {
 	return TCPConfig{Listen: "127.0.0.1:0", ConnectTimeout: 10 * time.Second}
 }
 
-// tcp: one connection per queue pair. A writer goroutine sends everything
-// posted since its last write in one syscall (a lone operation goes out at
-// once; a burst goes out as one batch). A reader goroutine applies the
-// peer's requests to this process's registered memory — after the key and
-// bounds checks of alloc.Registry.Resolve — and matches the peer's responses
-// to this side's operations, which complete in order.
+// tcp: one connection per queue pair. Posted operations are framed into an
+// output buffer; whatever is queued goes out in one system call, written by
+// the first thread that polls (Process.Progress, or an empty Poll of the
+// queue pair's completion queue) — so a burst is coalesced into few writes
+// and a lone operation leaves as soon as its poster waits. Incoming frames
+// are read and applied the same way, by a polling thread. Requests are
+// applied to this process's registered memory after the key and bounds
+// checks of alloc.Registry.Resolve; responses complete this side's
+// operations, in order.
+//
+// The socket is kept out of Go's network poller: on a machine whose cores
+// are all busy polling, a wake-up of a poller thread or goroutine per
+// packet preempts a polling thread, and that cost 100+ µs at the 99th
+// percentile (docs/benchmarks.md). Instead each queue pair has one engine
+// goroutine that stands by (a timer, no socket) while threads of the
+// process poll, and watches the socket itself (poll(2), with an eventfd to
+// be kicked) once nobody has polled for a stand-by interval or a waiter
+// said it sleeps (Process.Idle). While it watches, posters write their
+// frames themselves.
 type tcpProvider struct {
 	proc   *Process
 	cfg    TCPConfig
@@ -86,9 +100,11 @@ func (p *tcpProvider) NewQueuePair() (QueuePair, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
-	q := &tcpQP{prov: p, token: randomToken(), incoming: make(chan net.Conn, 1), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	q := &tcpQP{prov: p, token: randomToken(), incoming: make(chan net.Conn, 1), hint: make(chan struct{}, 1), done: make(chan struct{}), fd: -1, efd: -1}
 	q.acct.max = uint64(p.proc.cfg.MaxUnsignaled)
 	q.cq = newMemCQ(&q.acct)
+	q.cq.progress = q.progress
+	q.cq.idle = q.idle
 	p.mu.Lock()
 	p.qps[q.token] = q
 	p.mu.Unlock()
@@ -158,19 +174,33 @@ type tcpQP struct {
 	token     uint64
 	peerToken atomic.Uint64
 	incoming  chan net.Conn
-	conn      net.Conn
 	peerRank  uint32
 	connected atomic.Bool
 	acct      sqAccount
 	cq        *memCQ
 
 	mu      sync.Mutex
-	out     []byte // frames not yet written
+	out     []byte // frames not yet taken by a writer
+	outN    atomic.Int64
 	pending fifo[pendingOp]
 	lostErr error
 
-	word      [8]byte // reader goroutine's scratch for readPublish
-	kick      chan struct{}
+	// fd is the socket and efd the eventfd that wakes the engine from
+	// poll(2); both are used under fdmu.RLock and closed under fdmu.Lock.
+	fd, efd  int
+	fdmu     sync.RWMutex
+	fdClosed bool
+	watching atomic.Bool // the engine watches the socket: nobody polls
+	kicked   atomic.Bool // efd was written and not yet read
+
+	wmu   sync.Mutex // held by whoever writes
+	wbuf  []byte     // taken from out, written up to wpos
+	wpos  int
+	wleft atomic.Int64 // len(wbuf) − wpos
+
+	rx tcpRx
+
+	hint      chan struct{} // Process.Idle: watch now
 	done      chan struct{}
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -215,10 +245,48 @@ func (q *tcpQP) Connect(remote []byte) error {
 			return fmt.Errorf("%w: connection from a queue pair other than the endpoint's", ErrBadEndpoint)
 		}
 	}
-	q.conn, q.peerRank = c, ep.rank
+	if err := q.adopt(c); err != nil {
+		return fmt.Errorf("%w: connection to rank %d: %v", ErrConnectionLost, ep.rank, err)
+	}
+	q.peerRank = ep.rank
+	q.rx.buf = make([]byte, tcpReadBuffer)
 	q.connected.Store(true)
-	go q.writer()
-	go q.reader()
+	q.prov.proc.progress.add(q)
+	go q.engine()
+	return nil
+}
+
+// adopt takes the socket of c out of Go's network poller: it keeps a
+// duplicate of the descriptor (non-blocking) and closes c, which removes
+// c's descriptor from the poller's epoll set.
+func (q *tcpQP) adopt(c net.Conn) error {
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true) // the coalescing is ours; Nagle would only add latency
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("%T has no descriptor", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	fd := -1
+	cerr := rc.Control(func(s uintptr) { fd, err = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
+	if err = errors.Join(cerr, err); err != nil {
+		return err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	q.fd, q.efd = fd, efd
 	return nil
 }
 
@@ -226,6 +294,15 @@ func (q *tcpQP) Connect(remote []byte) error {
 func needsResponse(op Op, signaled bool) bool {
 	return signaled || op == OpRead || op == OpFetchAdd || op == OpCompareSwap
 }
+
+// tcpReadBuffer is the initial receive buffer of a connection; it grows to
+// hold a whole frame whose payload is not streamed (sends, atomics).
+const tcpReadBuffer = 256 << 10
+
+// pollerReads bounds the reads one Progress call makes on a connection, so
+// a polling thread returns to its own work under a steady stream; the
+// reader goroutine, woken by the same data, takes over the rest.
+const pollerReads = 4
 
 func (q *tcpQP) Post(wr WorkRequest) error {
 	if q.closed.Load() {
@@ -268,155 +345,498 @@ func (q *tcpQP) Post(wr WorkRequest) error {
 		q.mu.Unlock()
 		return err
 	}
-	n := len(q.out)
-	q.out = append(q.out, make([]byte, frameHeader)...)
-	f.put(q.out[n:])
-	q.out = append(q.out, payload...)
+	q.appendFrame(&f, payload)
 	if needsResponse(wr.Op, wr.Signaled) {
 		q.pending.push(pendingOp{wrid: wr.WRID, op: wr.Op, signaled: wr.Signaled, local: wr.Local, retire: snap})
 	}
 	q.mu.Unlock()
-	q.wake()
+	// Nobody polls: have the engine write it, with whatever else is posted
+	// until it wakes (one kick per wake-up, not per operation).
+	q.kick()
 	return nil
 }
 
-func (q *tcpQP) wake() {
+// appendFrame queues a frame; q.mu is held.
+func (q *tcpQP) appendFrame(f *frame, payload []byte) {
+	n := len(q.out)
+	q.out = append(q.out, make([]byte, frameHeader)...)
+	f.put(q.out[n:])
+	q.out = append(q.out, payload...)
+	q.outN.Store(int64(len(q.out)))
+}
+
+// kick wakes the engine from poll(2) when it watches the socket.
+func (q *tcpQP) kick() {
+	if !q.watching.Load() || q.kicked.Swap(true) {
+		return
+	}
+	var one [8]byte
+	one[0] = 1
+	q.fdmu.RLock()
+	if !q.fdClosed {
+		unix.Write(q.efd, one[:])
+	}
+	q.fdmu.RUnlock()
+}
+
+// takeOutput moves the queued frames to the writer's buffer when it is
+// drained; wmu is held. It reports whether there is anything to write.
+func (q *tcpQP) takeOutput() bool {
+	if q.wpos < len(q.wbuf) {
+		return true
+	}
+	q.mu.Lock()
+	q.wbuf, q.out = q.out, q.wbuf[:0]
+	q.outN.Store(0)
+	q.mu.Unlock()
+	q.wpos = 0
+	return len(q.wbuf) > 0
+}
+
+// pendingOutput reports whether frames wait to be written.
+func (q *tcpQP) pendingOutput() bool { return q.outN.Load() > 0 || q.wleft.Load() > 0 }
+
+// flush writes what is queued, without blocking, unless another thread is
+// writing (that one looks again after it unlocks, so nothing is left
+// behind). When the socket is full the engine is kicked to wait for room.
+// It reports whether it wrote anything.
+func (q *tcpQP) flush() bool {
+	did := false
+	for q.pendingOutput() && q.wmu.TryLock() {
+		var err error
+		for err == nil && q.takeOutput() {
+			var n int
+			q.fdmu.RLock()
+			if q.fdClosed {
+				n, err = 0, net.ErrClosed
+			} else {
+				n, err = unix.Write(q.fd, q.wbuf[q.wpos:])
+			}
+			q.fdmu.RUnlock()
+			if n > 0 {
+				q.wpos += n
+				did = true
+			}
+			if err == unix.EINTR {
+				err = nil
+			}
+		}
+		q.wleft.Store(int64(len(q.wbuf) - q.wpos))
+		q.wmu.Unlock()
+		switch {
+		case err == unix.EAGAIN:
+			q.kick() // the engine waits for room if it watches; pollers retry
+			return did
+		case err != nil:
+			q.fail(fmt.Errorf("%w: writing to rank %d: %v", ErrConnectionLost, q.peerRank, err))
+			return true
+		}
+	}
+	return did
+}
+
+// progress is the queue pair's progress engine (see progressor): read and
+// apply what has arrived, then write what is queued, both without
+// blocking and without waiting for a thread that is already doing either.
+func (q *tcpQP) progress() bool {
+	did := false
+	if q.rx.mu.TryLock() {
+		var err error
+		did, err = q.drain(pollerReads)
+		q.rx.mu.Unlock()
+		if err != nil {
+			q.fail(err)
+			return true
+		}
+	}
+	if q.flush() {
+		did = true
+	}
+	return did
+}
+
+func (q *tcpQP) idle() {
 	select {
-	case q.kick <- struct{}{}:
+	case q.hint <- struct{}{}:
 	default:
 	}
 }
 
-func (q *tcpQP) writer() {
-	var spare []byte
+// standBy is how long the engine waits between looks at whether threads
+// of the process still poll; a timer sleep costs about 1 ms on our
+// machines anyway. activeCalls is how many Progress calls in that time
+// count as polling: a spinning poller makes thousands, a waiter that
+// sleeps on a timer between polls one or two — not enough to leave the
+// socket to it.
+const (
+	standBy     = time.Millisecond
+	activeCalls = 32
+)
+
+// watchTimeout bounds one poll(2) of a watching engine, so that it notices
+// pollers coming back without traffic.
+const watchTimeout = 20 // ms
+
+// engine makes progress on the queue pair when no thread of the process
+// does: it stands by while Progress is called at a polling rate, and
+// otherwise waits on the socket itself.
+func (q *tcpQP) engine() {
+	calls := &q.prov.proc.progress.calls
+	timer := time.NewTimer(standBy)
+	defer timer.Stop()
+	pfd := []unix.PollFd{{Fd: int32(q.fd)}, {Fd: int32(q.efd), Events: unix.POLLIN}}
+	var eb [8]byte
 	for {
-		select {
-		case <-q.kick:
-		case <-q.done:
-			return
-		}
-		for {
-			q.mu.Lock()
-			buf := q.out
-			q.out = spare[:0]
-			q.mu.Unlock()
-			if len(buf) == 0 {
-				spare = buf
-				break
+		// Stand by while threads poll.
+		for last := calls.Load(); ; {
+			select {
+			case <-q.done:
+				return
+			case <-q.hint:
+			case <-timer.C:
+				timer.Reset(standBy)
+				now := calls.Load()
+				active := now-last >= activeCalls
+				last = now
+				if active {
+					continue
+				}
 			}
-			if _, err := q.conn.Write(buf); err != nil {
-				q.fail(fmt.Errorf("%w: writing to rank %d: %v", ErrConnectionLost, q.peerRank, err))
+			break
+		}
+		// Watch: this goroutine is the progress engine now.
+		q.watching.Store(true)
+		mark, since := calls.Load(), time.Now()
+		for {
+			q.flush()
+			q.rx.mu.Lock()
+			_, err := q.drain(0)
+			q.rx.mu.Unlock()
+			if err != nil {
+				q.watching.Store(false)
+				q.fail(err)
 				return
 			}
-			spare = buf
+			q.flush()
+			pfd[0].Events = unix.POLLIN
+			if q.pendingOutput() {
+				pfd[0].Events |= unix.POLLOUT
+			}
+			q.fdmu.RLock()
+			if q.fdClosed {
+				q.fdmu.RUnlock()
+				q.watching.Store(false)
+				return
+			}
+			_, err = unix.Poll(pfd, watchTimeout)
+			if pfd[1].Revents != 0 {
+				unix.Read(q.efd, eb[:])
+				q.kicked.Store(false)
+			}
+			q.fdmu.RUnlock()
+			select {
+			case <-q.done:
+				q.watching.Store(false)
+				return
+			default:
+			}
+			if err != nil && err != unix.EINTR {
+				q.watching.Store(false)
+				q.fail(fmt.Errorf("%w: rank %d: poll: %v", ErrConnectionLost, q.peerRank, err))
+				return
+			}
+			if time.Since(since) >= standBy {
+				now := calls.Load()
+				if now-mark >= activeCalls && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) == 0 {
+					break // threads poll again: they make the progress
+				}
+				mark, since = now, time.Now()
+			}
 		}
+		q.watching.Store(false)
+		// A poster that saw watching just before it cleared may have left
+		// its frames to us.
+		q.flush()
+		timer.Reset(standBy)
 	}
 }
 
-func (q *tcpQP) reader() {
-	br := bufio.NewReaderSize(q.conn, 256<<10)
-	var hdr [frameHeader]byte
-	var scratch []byte
-	local := localTarget{q.prov.proc}
-	maxPayload := q.prov.proc.cfg.MaxTransfer
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			q.fail(fmt.Errorf("%w: rank %d: %w", ErrConnectionLost, q.peerRank, err))
-			return
+// tcpRx is the receiving half of a queue pair: bytes read and not yet
+// applied, and the frame being applied, so that a frame resumes across
+// reads and across threads. rx.mu is held by whoever reads.
+type tcpRx struct {
+	mu        sync.Mutex
+	buf       []byte // buf[r:w] read and not yet applied
+	r, w      int
+	cur       frame // the frame whose payload is being streamed
+	streaming bool
+	dst       []byte // where the streamed payload goes (nil: discarded)
+	got       int    // payload bytes of cur consumed so far
+	word      [8]byte
+	scratch   []byte
+	need      int   // bytes wanted in buf[r:w] before the next frame can go on
+	err       error // sticky: a broken stream is never read again
+}
+
+// drain reads from the socket until it would block (at most reads times
+// when reads > 0) and applies every complete frame; rx.mu is held. It
+// reports whether anything was read or applied.
+func (q *tcpQP) drain(reads int) (bool, error) {
+	rx := &q.rx
+	if rx.err != nil {
+		return false, rx.err
+	}
+	did := false
+	for i := 0; ; i++ {
+		applied, err := q.applyBuffered()
+		if err != nil {
+			rx.err = err
+			return true, err
 		}
-		f, err := parseFrame(hdr[:], maxPayload)
+		did = did || applied
+		if reads > 0 && i >= reads {
+			return did, nil
+		}
+		q.makeRoom()
+		var n int
+		q.fdmu.RLock()
+		if q.fdClosed {
+			n, err = 0, net.ErrClosed
+		} else {
+			n, err = unix.Read(q.fd, rx.buf[rx.w:])
+		}
+		q.fdmu.RUnlock()
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return did, nil
+		case err != nil:
+			rx.err = fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
+			return true, rx.err
+		case n == 0:
+			rx.err = fmt.Errorf("%w: rank %d: %w", ErrConnectionLost, q.peerRank, io.EOF)
+			return true, rx.err
+		}
+		rx.w += n
+		did = true
+	}
+}
+
+// makeRoom compacts the buffer and grows it so that the bytes the next
+// frame needs fit.
+func (q *tcpQP) makeRoom() {
+	rx := &q.rx
+	if rx.r == rx.w {
+		rx.r, rx.w = 0, 0
+	}
+	want := rx.r + max(rx.need, 1)
+	if want <= len(rx.buf) && len(rx.buf)-rx.w >= len(rx.buf)/4 {
+		return
+	}
+	if rx.r > 0 {
+		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
+		rx.r = 0
+	}
+	if rx.need > len(rx.buf) || rx.w == len(rx.buf) {
+		nb := make([]byte, max(rx.need, 2*len(rx.buf)))
+		copy(nb, rx.buf[:rx.w])
+		rx.buf = nb
+	}
+}
+
+// applyBuffered applies the frames in buf[r:w]. The payload of a write
+// request or of a read response is streamed straight into its memory;
+// other frames are applied once whole.
+func (q *tcpQP) applyBuffered() (bool, error) {
+	rx := &q.rx
+	did := false
+	for {
+		if rx.streaming {
+			k := min(rx.w-rx.r, int(rx.cur.payload)-rx.got)
+			if rx.dst != nil && k > 0 {
+				streamCopy(rx.dst, rx.got, rx.buf[rx.r:rx.r+k], &rx.word)
+			}
+			rx.r += k
+			rx.got += k
+			if rx.got < int(rx.cur.payload) {
+				rx.need = 1
+				return did, nil
+			}
+			rx.streaming = false
+			did = true
+			if err := q.endStream(); err != nil {
+				return did, err
+			}
+			continue
+		}
+		if rx.w-rx.r < frameHeader {
+			rx.need = frameHeader
+			return did, nil
+		}
+		f, err := parseFrame(rx.buf[rx.r:rx.r+frameHeader], q.prov.proc.cfg.MaxTransfer)
 		if err != nil {
 			q.prov.log.Error("dropping tcp connection", "peer", q.peerRank, "err", err)
-			q.fail(fmt.Errorf("%w: rank %d sent a malformed frame: %v", ErrConnectionLost, q.peerRank, err))
-			return
+			return did, fmt.Errorf("%w: rank %d sent a malformed frame: %w", ErrConnectionLost, q.peerRank, err)
 		}
-		if f.op&frameResp != 0 {
-			err = q.response(br, f)
+		resp := f.op&frameResp != 0
+		op := Op(f.op &^ frameResp)
+		if op == OpWrite && !resp || op == OpRead && resp && f.payload > 0 {
+			if err := q.startStream(f); err != nil {
+				return did, err
+			}
+			rx.r += frameHeader
+			continue
+		}
+		size := frameHeader + int(f.payload)
+		if rx.w-rx.r < size {
+			rx.need = size
+			return did, nil
+		}
+		body := rx.buf[rx.r+frameHeader : rx.r+size]
+		rx.r += size
+		did = true
+		if resp {
+			err = q.response(f, body)
 		} else {
-			scratch, err = q.request(br, f, local, scratch)
+			err = q.request(f, body)
 		}
 		if err != nil {
-			q.fail(err)
-			return
+			return did, err
 		}
 	}
 }
 
-// request applies one of the peer's operations and queues its response.
-func (q *tcpQP) request(br *bufio.Reader, f frame, local localTarget, scratch []byte) ([]byte, error) {
+// startStream prepares the destination of a streamed payload.
+func (q *tcpQP) startStream(f frame) error {
+	rx := &q.rx
+	rx.cur, rx.streaming, rx.got, rx.dst = f, true, 0, nil
+	if f.op&frameResp == 0 { // a write request
+		if dst, ok := (localTarget{q.prov.proc}).mem(f.region, f.key, f.off, f.length); ok {
+			rx.dst = dst
+		}
+		return nil
+	}
+	q.mu.Lock()
+	p, ok := q.pending.peek()
+	q.mu.Unlock()
+	if !ok || p.wrid != f.wrid || p.op != OpRead {
+		return fmt.Errorf("%w: rank %d answered an operation that was not pending", ErrConnectionLost, q.peerRank)
+	}
+	if dst := p.local.Bytes(); len(dst) != int(f.payload) {
+		return fmt.Errorf("%w: rank %d answered %d bytes for a %d-byte buffer", ErrConnectionLost, q.peerRank, f.payload, len(dst))
+	} else {
+		rx.dst = dst
+	}
+	return nil
+}
+
+// endStream finishes a streamed frame: publish its last word, then answer
+// (a write request) or complete (a read response).
+func (q *tcpQP) endStream() error {
+	rx := &q.rx
+	f := rx.cur
+	if rx.dst != nil {
+		streamDone(rx.dst, &rx.word)
+	}
+	if f.op&frameResp != 0 {
+		q.mu.Lock()
+		p, _ := q.pending.peek()
+		q.mu.Unlock()
+		q.complete(Completion{WRID: p.wrid, Op: OpRead, Status: f.status, Bytes: int(f.length), retire: p.retire, hasRet: p.signaled}, true)
+		return nil
+	}
+	st, n := StatusSuccess, len(rx.dst)
+	if rx.dst == nil {
+		st, n = StatusRemoteAccess, 0
+	}
+	q.respond(f, st, n, nil)
+	return nil
+}
+
+// streamCopy copies src, the payload bytes from offset at on, into dst,
+// keeping dst's last aligned word aside in w: streamDone stores it last,
+// atomically, as publish does.
+func streamCopy(dst []byte, at int, src []byte, w *[8]byte) {
+	lim := len(dst)
+	if publishesWord(dst) {
+		lim -= 8
+	}
+	if at < lim {
+		k := copy(dst[at:lim], src)
+		at += k
+		src = src[k:]
+	}
+	if len(src) > 0 {
+		copy(w[at-lim:], src)
+	}
+}
+
+func streamDone(dst []byte, w *[8]byte) {
+	if publishesWord(dst) {
+		publish(dst[len(dst)-8:], w[:])
+	}
+}
+
+// publishesWord reports whether dst ends in an aligned word, which publish
+// stores last and atomically.
+func publishesWord(dst []byte) bool {
+	n := len(dst)
+	return n >= 8 && (uintptr(unsafe.Pointer(&dst[0]))+uintptr(n))%8 == 0
+}
+
+// request applies one of the peer's whole (non-streamed) operations and
+// queues its response.
+func (q *tcpQP) request(f frame, in []byte) error {
+	rx := &q.rx
 	op := Op(f.op)
 	loc := alloc.Locator{Process: q.prov.proc.cfg.Rank, Region: f.region, Offset: f.off, Length: f.length, Key: f.key}
+	need := 0
+	switch op {
+	case OpRead:
+		if f.length <= uint64(q.prov.proc.cfg.MaxTransfer) {
+			need = int(f.length)
+		}
+	case OpFetchAdd, OpCompareSwap:
+		need = 8
+	}
+	if cap(rx.scratch) < need {
+		rx.scratch = make([]byte, need)
+	}
+	out := rx.scratch[:need]
 	var st Status
 	var n int
-	var out []byte
-	if op == OpWrite {
-		// The hot path: straight from the socket buffer into the region.
-		dst, ok := local.mem(f.region, f.key, f.off, f.length)
-		if ok {
-			if err := readPublish(br, dst, &q.word); err != nil {
-				return scratch, fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
-			}
-			st, n = StatusSuccess, len(dst)
-		} else {
-			if _, err := br.Discard(int(f.payload)); err != nil {
-				return scratch, fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
-			}
-			st = StatusRemoteAccess
-		}
+	if op == OpRead && uint64(len(out)) != f.length {
+		st = StatusRemoteAccess
 	} else {
-		need := int(f.payload)
-		if op == OpRead {
-			need = 0
-			if f.length <= uint64(q.prov.proc.cfg.MaxTransfer) {
-				need = int(f.length)
-			}
-		} else if op == OpFetchAdd || op == OpCompareSwap {
-			need = 8
-		}
-		if cap(scratch) < need {
-			scratch = make([]byte, need)
-		}
-		buf := scratch[:need]
-		var in []byte
-		if f.payload > 0 {
-			in = buf[:f.payload]
-			if _, err := io.ReadFull(br, in); err != nil {
-				return scratch, fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
-			}
-		} else {
-			out = buf
-		}
-		if op == OpRead && uint64(len(out)) != f.length {
-			st = StatusRemoteAccess
-		} else {
-			st, n = apply(local, op, loc, in, out, f.imm, f.arg1, f.arg2, q.peerRank)
-		}
+		st, n = apply(localTarget{q.prov.proc}, op, loc, in, out, f.imm, f.arg1, f.arg2, q.peerRank)
 	}
-	signaled := f.flags&flagSignaled != 0
-	if !needsResponse(op, signaled) && st == StatusSuccess {
-		return scratch, nil
-	}
-	r := frame{op: f.op | frameResp, flags: f.flags, status: st, wrid: f.wrid, length: uint64(n)}
 	var data []byte
 	if st == StatusSuccess && (op == OpRead || op == OpFetchAdd || op == OpCompareSwap) {
 		data = out[:n]
-		r.payload = uint32(n)
 	}
+	q.respond(f, st, n, data)
+	return nil
+}
+
+// respond queues the response to request f when one is due.
+func (q *tcpQP) respond(f frame, st Status, n int, data []byte) {
+	if !needsResponse(Op(f.op), f.flags&flagSignaled != 0) && st == StatusSuccess {
+		return
+	}
+	r := frame{op: f.op | frameResp, flags: f.flags, status: st, wrid: f.wrid, length: uint64(n), payload: uint32(len(data))}
 	q.mu.Lock()
 	if q.lostErr == nil {
-		k := len(q.out)
-		q.out = append(q.out, make([]byte, frameHeader)...)
-		r.put(q.out[k:])
-		q.out = append(q.out, data...)
+		q.appendFrame(&r, data)
 	}
 	q.mu.Unlock()
-	q.wake()
-	return scratch, nil
+	// Whoever drained (a poller or the engine) flushes next.
 }
 
 // response completes this side's oldest operation awaiting one, or reports
-// the failure of an unsignaled operation.
-func (q *tcpQP) response(br *bufio.Reader, f frame) error {
+// the failure of an unsignaled operation. data is the old value of an
+// atomic.
+func (q *tcpQP) response(f frame, data []byte) error {
 	op := Op(f.op &^ frameResp)
 	if !needsResponse(op, f.flags&flagSignaled != 0) {
 		q.complete(Completion{WRID: f.wrid, Op: op, Status: f.status}, false)
@@ -430,17 +850,14 @@ func (q *tcpQP) response(br *bufio.Reader, f frame) error {
 	if !ok || p.wrid != f.wrid || p.op != op {
 		return fmt.Errorf("%w: rank %d answered an operation that was not pending", ErrConnectionLost, q.peerRank)
 	}
-	if f.payload > 0 {
+	if len(data) > 0 {
 		dst := p.local.Bytes()
-		if len(dst) != int(f.payload) {
-			return fmt.Errorf("%w: rank %d answered %d bytes for a %d-byte buffer", ErrConnectionLost, q.peerRank, f.payload, len(dst))
+		if len(dst) != len(data) {
+			return fmt.Errorf("%w: rank %d answered %d bytes for a %d-byte buffer", ErrConnectionLost, q.peerRank, len(data), len(dst))
 		}
-		if err := readPublish(br, dst, &q.word); err != nil {
-			return fmt.Errorf("%w: rank %d: %v", ErrConnectionLost, q.peerRank, err)
-		}
+		publish(dst, data)
 	}
-	c := Completion{WRID: p.wrid, Op: op, Status: f.status, Bytes: int(f.length), retire: p.retire, hasRet: p.signaled}
-	q.complete(c, true)
+	q.complete(Completion{WRID: p.wrid, Op: op, Status: f.status, Bytes: int(f.length), retire: p.retire, hasRet: p.signaled}, true)
 	return nil
 }
 
@@ -461,28 +878,8 @@ func (q *tcpQP) complete(c Completion, pop bool) {
 	}
 }
 
-// readPublish reads len(dst) bytes from r into dst with publish's
-// visibility rule: the final aligned word is stored last, atomically.
-// w is reader-owned scratch: a local array would escape through io.Reader
-// and cost an allocation per operation.
-func readPublish(r io.Reader, dst []byte, w *[8]byte) error {
-	n := len(dst)
-	if n >= 8 && (uintptr(unsafe.Pointer(&dst[0]))+uintptr(n))%8 == 0 {
-		if _, err := io.ReadFull(r, dst[:n-8]); err != nil {
-			return err
-		}
-		if _, err := io.ReadFull(r, w[:]); err != nil {
-			return err
-		}
-		publish(dst[n-8:], w[:])
-		return nil
-	}
-	_, err := io.ReadFull(r, dst)
-	return err
-}
-
 // fail marks the connection lost and completes every pending operation with
-// StatusConnectionLost.
+// StatusConnectionLost. It must not be called with rx.mu, wmu or fdmu held.
 func (q *tcpQP) fail(err error) {
 	q.mu.Lock()
 	if q.lostErr != nil {
@@ -500,8 +897,16 @@ func (q *tcpQP) fail(err error) {
 	}
 	q.mu.Unlock()
 	q.closeOnce.Do(func() { close(q.done) })
-	if q.conn != nil {
-		q.conn.Close()
+	q.prov.proc.progress.remove(q)
+	if q.fd >= 0 {
+		q.kick() // out of poll(2), which a close does not end
+		q.fdmu.Lock()
+		if !q.fdClosed {
+			q.fdClosed = true
+			unix.Close(q.fd)
+			unix.Close(q.efd)
+		}
+		q.fdmu.Unlock()
 	}
 	for _, p := range lost {
 		q.cq.push(Completion{WRID: p.wrid, Op: p.op, Status: StatusConnectionLost})

@@ -59,6 +59,7 @@ type Transmitter struct {
 	slots  []atomic.Uint64
 	busy   []atomic.Uint32
 	failed atomic.Pointer[error]
+	idle   func() // the queue pair's engine takes over when a waiter sleeps
 }
 
 var _ alloc.Tracker = (*Transmitter)(nil)
@@ -78,7 +79,11 @@ func NewTransmitter(qp QueuePair, maxUnsignaled int, cfg TransmitterConfig) (*Tr
 	if cfg.MaxGoroutines < 1 || cfg.MaxGoroutines >= noSlot {
 		return nil, fmt.Errorf("%w: MaxGoroutines %d", ErrBadConfig, cfg.MaxGoroutines)
 	}
-	return &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}, nil
+	t := &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}
+	if i, ok := qp.(interface{ idle() }); ok {
+		t.idle = i.idle
+	}
+	return t, nil
 }
 
 // WRIDs: ticket<<16 | slot, with noSlot for unsignaled operations.
@@ -231,7 +236,7 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 // up, handing over the others it sees.
 func (t *Transmitter) awaitOwn(ctx context.Context, ticket uint64, i int) error {
 	slot := &t.slots[i]
-	var b Backoff
+	b := Backoff{Idle: t.idle}
 	for {
 		if v := slot.Load(); v>>8 == ticket+1 {
 			if st := Status(v & 0xff); st != StatusSuccess {

@@ -66,7 +66,7 @@ func (s *Synchronizer) Count() int { return int(s.word.Load()) }
 // meanwhile, or with ctx's error, or with an error naming a rank of the job
 // that died (its calls may never be counted down).
 func (s *Synchronizer) Wait(ctx context.Context) error {
-	w := replyWait()
+	w := s.m.replyWait()
 	for s.word.Load() > 0 {
 		if s.m.Poll() > 0 {
 			w.Reset()

@@ -359,7 +359,7 @@ func (m *Messengers) Flush() error {
 	if m.keeper == nil {
 		return nil
 	}
-	w := replyWait()
+	w := m.replyWait()
 	for {
 		n, err := m.keeper.status()
 		if err != nil || m.keeper.busy() == 0 {

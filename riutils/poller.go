@@ -52,6 +52,9 @@ func (p *Process) NewPoller(threads ...int) (*Poller, error) {
 // ran.
 func (pl *Poller) Poll() int {
 	n := 0
+	if len(pl.ms) > 0 {
+		pl.ms[0].f.Process().Progress()
+	}
 	for _, m := range pl.ms {
 		n += m.pollIn()
 	}
@@ -61,6 +64,9 @@ func (pl *Poller) Poll() int {
 // Serve polls until ctx ends, backing off when there is nothing to run.
 func (pl *Poller) Serve(ctx context.Context) {
 	var b dtutils.Backoff
+	if len(pl.ms) > 0 {
+		b.Idle = pl.ms[0].f.Process().Idle
+	}
 	for ctx.Err() == nil {
 		if pl.Poll() > 0 {
 			b.Reset()

@@ -38,8 +38,12 @@ type rxState struct {
 // returns how many ran. Handlers get a *dsfabric.Call valid only until they
 // return. A Poll from inside a handler (directly, or by a call that waits
 // for room) runs no calls: the records being run must stay where they are.
-// With a Poller, the Poller runs the calls and Poll does nothing.
+// With a Poller, the Poller runs the calls and Poll only drives the
+// transports' progress. Over tcp that progress is where the calls and
+// replies addressed to this process are read off the socket: a polling
+// thread lands them itself (dtutils.Process.Progress).
 func (m *Messengers) Poll() int {
+	m.f.Process().Progress()
 	n := 0
 	if !m.delegated {
 		n = m.pollIn()

@@ -57,7 +57,7 @@ func (m *Messengers) CallReturn(ctx context.Context, dst dsfabric.ThreadID, h ds
 	if err := m.CallBuffer(dst, returnHandler, a, nil); err != nil {
 		return nil, err
 	}
-	w := replyWait()
+	w := m.replyWait()
 	for {
 		h0 := word(obj.slot, 0).Load()
 		if n := int(uint32(h0)); n <= obj.cap {
@@ -163,7 +163,8 @@ func (v *RemoteValue[T]) Call(ctx context.Context, dst dsfabric.ThreadID, h dsfa
 func (v *RemoteValue[T]) Close() error { return v.obj.Close(v.m) }
 
 // replyWait is how a thread waits for a reply or a notification: a reply
-// over shm is a microsecond away and over tcp tens of microseconds.
-func replyWait() dtutils.HotWait {
-	return dtutils.HotWait{Spin: 20 * time.Microsecond, Yield: 2 * time.Millisecond}
+// over shm is a microsecond away and over tcp tens of microseconds. When it
+// starts sleeping it leaves the transports' progress to their engines.
+func (m *Messengers) replyWait() dtutils.HotWait {
+	return dtutils.HotWait{Spin: 20 * time.Microsecond, Yield: 2 * time.Millisecond, Idle: m.f.Process().Idle}
 }

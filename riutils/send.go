@@ -211,7 +211,7 @@ func (s *sender) write(mem alloc.Memory) error {
 func (s *sender) rotate(policy Policy) error {
 	cfg := s.m.p.cfg
 	next := (s.cur + 1) % len(s.chunks)
-	var b dtutils.Backoff
+	b := dtutils.Backoff{Idle: s.m.f.Process().Idle}
 	for !s.free(next) {
 		if len(s.chunks) < cfg.MaxChunks {
 			locs, err := s.allocate(min(cfg.ChunksPerAllocation, cfg.MaxChunks-len(s.chunks)))

@@ -33,7 +33,7 @@ func latency(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	size := fs.Int("size", 8, "argument and result bytes")
 	n := fs.Int("n", 100000, "round trips (the first 10% are warm-up, not counted)")
-	transport := fs.String("transport", "shm", "shm (same machine) or tcp")
+	transport := fs.String("transport", "", "\"\" (automatic: shm on one machine), shm, tcp, or tcp-plain (a plain Go TCP ping-pong, the peer to compare with)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -42,7 +42,13 @@ func latency(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mctsbench latency: -size must be ≥ 0 and -n ≥ 10")
 		return 2
 	}
-	r, err := runLatency(*size, *n, *transport, stderr)
+	var r *LatencyResult
+	var err error
+	if *transport == "tcp-plain" {
+		r, err = plainPingPong(*size, *n)
+	} else {
+		r, err = runLatency(*size, *n, *transport, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mctsbench latency: %v\n", err)
 		return 1

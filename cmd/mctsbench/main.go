@@ -67,7 +67,7 @@ func parseSizes(s string) ([]int, error) {
 func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("micro", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modes := fs.String("mode", "raw", "comma-separated modes: raw, send, write, trad, ovfl")
+	modes := fs.String("mode", "raw", "comma-separated modes: limit, raw, send, write, trad, ovfl")
 	sizes := fs.String("sizes", "8,64,256", "comma-separated record sizes in bytes (multiples of 8)")
 	n := fs.Int("n", 500000, "records per repetition (the first 10% are warm-up, not timed)")
 	reps := fs.Int("reps", 3, "repetitions; the median is reported")
@@ -105,10 +105,15 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				continue
 			}
 			rs, err = runRaw(spec)
+		case "limit":
+			if underLauncher() {
+				continue
+			}
+			rs, err = runLimit(spec)
 		case "send", "write", "trad", "ovfl":
 			fabricModes = append(fabricModes, mode)
 		default:
-			fmt.Fprintf(stderr, "mctsbench micro: unknown mode %q (want raw, send, write, trad, ovfl)\n", mode)
+			fmt.Fprintf(stderr, "mctsbench micro: unknown mode %q (want limit, raw, send, write, trad, ovfl)\n", mode)
 			return 2
 		}
 		if err != nil {
@@ -137,6 +142,9 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func main() {
 	if env := os.Getenv(rawRoleEnv); env != "" {
 		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
+	}
+	if env := os.Getenv(limitEnv); env != "" {
+		os.Exit(peerMain(env, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

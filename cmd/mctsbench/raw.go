@@ -224,9 +224,13 @@ func runRaw(spec rawSpec) ([]Result, error) {
 				}
 				off := rawRingBase + (i%slots)*size
 				w := e.word(off + size - 8)
-				var b dtutils.Backoff
+				b := dtutils.Backoff{Idle: e.proc.Idle}
 				for w.Load() != seal(run, i) {
-					b.Wait()
+					// A thread that polls memory drives the transport's
+					// progress (over tcp the record is read off the socket).
+					if e.proc.Progress() == 0 {
+						b.Wait()
+					}
 				}
 				// Read the payload: its first word is the record's number.
 				if p := binary.LittleEndian.Uint64(e.region.Bytes()[off:]); size >= 16 && p != uint64(i) {
@@ -256,14 +260,17 @@ func runRaw(spec rawSpec) ([]Result, error) {
 
 // awaitConsumed waits until the receiver's feedback says it consumed count
 // records of run.
-func awaitConsumed(fb *atomic.Uint64, run, count int) {
-	var b dtutils.Backoff
+// progress, if not nil, drives the transport while waiting.
+func awaitConsumed(fb *atomic.Uint64, run, count int, progress func() int, idle func()) {
+	b := dtutils.Backoff{Idle: idle}
 	for {
 		v := fb.Load()
 		if v>>40 == uint64(run) && int(v&(1<<40-1)) >= count {
 			return
 		}
-		b.Wait()
+		if progress == nil || progress() == 0 {
+			b.Wait()
+		}
 	}
 }
 
@@ -298,7 +305,7 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 			for i := 0; i < spec.n; i++ {
 				// The receiver must have consumed the record this slot held.
 				if i >= slots {
-					awaitConsumed(fb, run, i-slots+1)
+					awaitConsumed(fb, run, i-slots+1, e.proc.Progress, e.proc.Idle)
 				}
 				m, err := ring.Alloc(size)
 				if errors.Is(err, alloc.ErrBusy) {
@@ -320,7 +327,7 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 			}
 			// Between runs the ring is reused from slot 0: wait until the
 			// receiver has consumed this run entirely.
-			awaitConsumed(fb, run, spec.n)
+			awaitConsumed(fb, run, spec.n, e.proc.Progress, e.proc.Idle)
 		}
 	}
 	if err := e.tx.Flush(ctx); err != nil {
