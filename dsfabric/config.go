@@ -23,8 +23,12 @@ type Config struct {
 	// ServiceThreads is the number of goroutines serving send-based calls
 	// in every process. Default 1.
 	ServiceThreads int
-	// Transport is "" to choose per pair of processes (same machine: shm,
-	// else tcp), or "shm" or "tcp" to force one.
+	// Transport is "" to choose per pair of processes — shm when the peer's
+	// shared memory is provably reachable (it runs on a machine with the same
+	// host name and boot ID, and its shm socket hands over a probe region
+	// whose nonce checks out, both ways), tcp otherwise — or "shm" or "tcp"
+	// to force one (forced shm fails at Start, naming the unreachable rank).
+	// Default "". Fabric.Transport tells what was chosen.
 	Transport string
 	// Handlers holds the handlers; register them before Start, identically in
 	// every process. Default: an empty set (see Fabric.Handlers).
@@ -40,9 +44,13 @@ type Config struct {
 	// BootstrapTimeout bounds the formation of the job: rank 0 waits this
 	// long for every rank, others for rank 0. Default 30 s.
 	BootstrapTimeout time.Duration
-	// Listen is the local address of the tcp transport (and of a tcp
-	// coordinator at rank 0). Default "127.0.0.1:0" when every rank is on
-	// one machine, ":0" otherwise.
+	// Listen is the local address of the tcp transport. Default: the
+	// environment's SERIEMA_LISTEN, else ":0" (every interface) when the
+	// coordinator is tcp (SERIEMA_COORD=host:port: ranks may be on several
+	// machines), else "127.0.0.1:0" (a unix coordinator: one machine).
+	// Endpoints advertise the listener's host, or, when it is unspecified
+	// (":0", "0.0.0.0:0"), the address this rank reached the coordinator
+	// from — an address its peers can reach, never loopback across hosts.
 	Listen string
 	// MaxMessage is the largest send-based message: 32-byte header,
 	// arguments and buffer. Default 64 KiB.

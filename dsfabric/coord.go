@@ -72,10 +72,10 @@ func listenCoord(addr string) (net.Listener, error) {
 // gather accepts hellos until every rank arrived or the deadline passed.
 // Hellos with a wrong token, rank or size are refused and logged; the job
 // still forms with the right ones.
-func (c *coordinator) gather(ctx context.Context, l launch, deadline time.Time) ([]string, error) {
+func (c *coordinator) gather(ctx context.Context, l launch, deadline time.Time) ([]member, error) {
 	size := l.size
-	machines := make([]string, size)
-	machines[0] = machineID()
+	machines := make([]member, size)
+	machines[0] = member{machine: machineID(), probe: c.f.probe}
 	type arrival struct {
 		c net.Conn
 		h hello
@@ -134,7 +134,7 @@ func (c *coordinator) gather(ctx context.Context, l launch, deadline time.Time) 
 			c.mu.Lock()
 			c.conns[a.h.rank] = a.c
 			c.mu.Unlock()
-			machines[a.h.rank] = a.h.machine
+			machines[a.h.rank] = member{machine: a.h.machine, probe: a.h.probe}
 			got++
 		case <-timer.C:
 			var missing []string
@@ -176,6 +176,49 @@ func (c *coordinator) send(r int, msg []byte) error {
 	c.wmu[r].Lock()
 	defer c.wmu[r].Unlock()
 	return writeFrame(conn, msg)
+}
+
+// plan collects the ranks whose shm probe each rank passed (own for rank
+// 0) and gives every rank the peers it shares memory with: a pair uses shm
+// only when both of its probes passed, so both sides always agree.
+func (c *coordinator) plan(own []int, deadline time.Time) ([]int, error) {
+	size := len(c.conns)
+	reach := make([][]bool, size)
+	mark := func(r int, ranks []int) {
+		reach[r] = make([]bool, size)
+		for _, p := range ranks {
+			reach[r][p] = true
+		}
+	}
+	mark(0, own)
+	for r := 1; r < size; r++ {
+		c.conns[r].SetReadDeadline(deadline)
+		b, err := readFrame(c.conns[r])
+		c.conns[r].SetReadDeadline(time.Time{})
+		var ranks []int
+		if err == nil {
+			ranks, err = decodeRanks(b, msgReach, size)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: shm probes of rank %d: %v", ErrBootstrap, r, err)
+		}
+		mark(r, ranks)
+	}
+	with := func(r int) []int {
+		var out []int
+		for p := 0; p < size; p++ {
+			if p != r && reach[r][p] && reach[p][r] {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for r := 1; r < size; r++ {
+		if err := c.send(r, encodeRanks(msgPlan, with(r))); err != nil {
+			return nil, fmt.Errorf("%w: transport plan for rank %d: %v", ErrBootstrap, r, err)
+		}
+	}
+	return with(0), nil
 }
 
 // exchange collects every rank's endpoints and gives each rank the ones
@@ -327,8 +370,8 @@ func dialCoord(ctx context.Context, l launch, deadline time.Time) (net.Conn, err
 }
 
 // join says hello and returns the machine table.
-func (c *client) join(l launch, deadline time.Time) ([]string, error) {
-	h := hello{rank: uint32(l.rank), size: uint32(l.size), token: []byte(l.token), machine: machineID()}
+func (c *client) join(l launch, deadline time.Time) ([]member, error) {
+	h := hello{rank: uint32(l.rank), size: uint32(l.size), token: []byte(l.token), machine: machineID(), probe: c.f.probe}
 	if err := writeFrame(c.conn, h.encode()); err != nil {
 		return nil, fmt.Errorf("%w: hello: %v", ErrBootstrap, err)
 	}
@@ -343,6 +386,21 @@ func (c *client) join(l launch, deadline time.Time) ([]string, error) {
 		return nil, fmt.Errorf("%w: rank 0 refused rank %d: %s", ErrBootstrap, l.rank, r.str())
 	}
 	return decodeTable(b, l.size)
+}
+
+// plan sends the ranks whose shm probe passed and returns the peers to
+// use shm with (see coordinator.plan).
+func (c *client) plan(reach []int, size int, deadline time.Time) ([]int, error) {
+	if err := c.send(encodeRanks(msgReach, reach)); err != nil {
+		return nil, fmt.Errorf("%w: sending shm probes: %v", ErrBootstrap, err)
+	}
+	c.conn.SetReadDeadline(deadline)
+	defer c.conn.SetReadDeadline(time.Time{})
+	b, err := readFrame(c.conn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: waiting for the transport plan: %v", ErrBootstrap, err)
+	}
+	return decodeRanks(b, msgPlan, size)
 }
 
 func (c *client) exchange(own []epEntry, size int, deadline time.Time) ([]epEntry, error) {

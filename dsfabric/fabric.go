@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +37,12 @@ type Fabric struct {
 	provs []dtutils.Provider
 	peers []*peer
 	recv  *alloc.Region
+
+	shm        dtutils.Provider // nil when this rank offers no shm
+	probe      []byte           // dtutils.SHMProbe of shm, published in the hello
+	probes     [][]byte         // every rank's probe, from the table
+	probeErrs  []error          // why a peer's probe failed (forced shm reports it)
+	transports []string         // per peer rank: "shm", "tcp" or "loop" (self)
 
 	coord  *coordinator // rank 0
 	client *client      // other ranks
@@ -107,7 +115,11 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 func (f *Fabric) bootstrap(ctx context.Context) error {
 	l := f.launch
 	deadline := time.Now().Add(f.cfg.BootstrapTimeout)
+	if err := f.prepare(); err != nil {
+		return err
+	}
 	var peers []epEntry
+	var table []member
 	if l.rank == 0 {
 		ln, err := listenCoord(l.coord)
 		if err != nil {
@@ -119,10 +131,15 @@ func (f *Fabric) bootstrap(ctx context.Context) error {
 				return err
 			}
 		}
-		if f.names.Machines, err = f.coord.gather(ctx, l, deadline); err != nil {
+		if table, err = f.coord.gather(ctx, l, deadline); err != nil {
 			return err
 		}
-		own, err := f.connectSetup()
+		f.setTable(table)
+		with, err := f.coord.plan(f.probePeers(), deadline)
+		if err != nil {
+			return err
+		}
+		own, err := f.connectSetup(with)
 		if err != nil {
 			return err
 		}
@@ -135,10 +152,15 @@ func (f *Fabric) bootstrap(ctx context.Context) error {
 			return err
 		}
 		f.client = &client{f: f, conn: c}
-		if f.names.Machines, err = f.client.join(l, deadline); err != nil {
+		if table, err = f.client.join(l, deadline); err != nil {
 			return err
 		}
-		own, err := f.connectSetup()
+		f.setTable(table)
+		with, err := f.client.plan(f.probePeers(), l.size, deadline)
+		if err != nil {
+			return err
+		}
+		own, err := f.connectSetup(with)
 		if err != nil {
 			return err
 		}
@@ -219,10 +241,9 @@ func lockedWriter(mu *sync.Mutex, w io.Writer) io.Writer {
 	return syncWriter{mu, w}
 }
 
-// connectSetup creates the process state and one queue pair per peer, and
-// returns the endpoints to publish.
-func (f *Fabric) connectSetup() ([]epEntry, error) {
-	size := f.names.Size
+// prepare creates the process state and, unless tcp is forced, the shm
+// provider whose probe the hello publishes.
+func (f *Fabric) prepare() error {
 	pc := dtutils.DefaultProcessConfig(uint32(f.rank))
 	pc.ReceiveSlots = 1
 	for pc.ReceiveSlots < f.cfg.RecvBuffers {
@@ -230,45 +251,165 @@ func (f *Fabric) connectSetup() ([]epEntry, error) {
 	}
 	var err error
 	if f.proc, err = dtutils.NewProcess(pc); err != nil {
-		return nil, err
+		return err
 	}
-	local := true
+	if f.cfg.Transport == "tcp" || f.names.Size == 1 {
+		return nil
+	}
+	shm, err := dtutils.NewSHM(f.proc, dtutils.SHMConfig{Logger: f.log})
+	if err == nil {
+		f.probe, err = dtutils.SHMProbe(shm)
+		f.shm = shm
+		f.provs = append(f.provs, shm)
+	}
+	if err != nil {
+		if f.cfg.Transport == "shm" {
+			return fmt.Errorf("%w: Transport is shm but this rank cannot offer shared memory: %v", ErrBootstrap, err)
+		}
+		f.log.Warn("dsfabric: no shared memory for this rank; peers will use tcp", "err", err)
+		f.probe = nil
+	}
+	return nil
+}
+
+// setTable records the table rank 0 published.
+func (f *Fabric) setTable(t []member) {
+	f.names.Machines = make([]string, len(t))
+	f.probes = make([][]byte, len(t))
+	for r, m := range t {
+		f.names.Machines[r], f.probes[r] = m.machine, m.probe
+	}
+}
+
+// probeTimeout bounds one shm probe: a reachable socket answers in
+// microseconds.
+const probeTimeout = 2 * time.Second
+
+// probePeers probes, in parallel, the shm provider of every peer that
+// claims this machine and offers one, and returns the ranks that passed.
+func (f *Fabric) probePeers() []int {
+	size := f.names.Size
+	f.probeErrs = make([]error, size)
+	if f.shm == nil {
+		return nil
+	}
+	var wg sync.WaitGroup
 	for r := 0; r < size; r++ {
-		local = local && f.names.SameMachine(f.rank, r)
+		switch {
+		case r == f.rank:
+			continue
+		case len(f.probes[r]) == 0:
+			f.probeErrs[r] = errors.New("it offers no shared memory")
+			continue
+		case !f.names.SameMachine(f.rank, r):
+			f.probeErrs[r] = fmt.Errorf("it runs on another machine (%s, here %s)", f.names.Machines[r], f.names.Machines[f.rank])
+			continue
+		}
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			f.probeErrs[r] = dtutils.ProbeSHM(f.probes[r], probeTimeout)
+		}(r)
 	}
-	var shm, tcp dtutils.Provider
+	wg.Wait()
+	var ok []int
+	for r := 0; r < size; r++ {
+		if r != f.rank && f.probeErrs[r] == nil {
+			ok = append(ok, r)
+		}
+	}
+	return ok
+}
+
+// tcpConfig says where the tcp transport listens and which address its
+// endpoints advertise: one its peers can reach. Config.Listen (or
+// SERIEMA_LISTEN) decides the listener; without it a job with a tcp
+// coordinator listens on every interface and advertises the address this
+// rank reached the coordinator from (rank 0: the address rank 1 reached it
+// at), and a job on one machine (unix coordinator) uses loopback.
+func (f *Fabric) tcpConfig() dtutils.TCPConfig {
+	tc := dtutils.DefaultTCPConfig()
+	tc.Logger = f.log
+	listen := f.cfg.Listen
+	if listen == "" {
+		listen = os.Getenv(EnvListen)
+	}
+	coordTCP := !strings.HasPrefix(f.launch.coord, "unix:")
+	switch {
+	case listen != "":
+		tc.Listen = listen
+	case coordTCP:
+		tc.Listen = ":0"
+	default:
+		return tc // loopback: every rank shares this machine
+	}
+	host, _, err := net.SplitHostPort(tc.Listen)
+	if ip := net.ParseIP(host); err == nil && (host == "" || ip != nil && ip.IsUnspecified()) {
+		if h := f.reachableHost(); h != "" {
+			tc.AdvertiseHost = h
+		}
+	}
+	return tc
+}
+
+// reachableHost returns an address of this rank that its peers reach: the
+// local address of its coordinator connection (rank 0: of rank 1's).
+func (f *Fabric) reachableHost() string {
+	var c net.Conn
+	if f.client != nil {
+		c = f.client.conn
+	} else if f.coord != nil && len(f.coord.conns) > 1 {
+		c = f.coord.conn(1)
+	}
+	if c == nil {
+		return ""
+	}
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		return a.IP.String()
+	}
+	return ""
+}
+
+// connectSetup creates one queue pair per peer — over shm for the peers in
+// with (both probes passed), tcp for the others — and returns the
+// endpoints to publish.
+func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
+	size := f.names.Size
+	shmWith := make([]bool, size)
+	for _, r := range with {
+		shmWith[r] = true
+	}
+	var err error
+	var tcp dtutils.Provider
 	f.peers = make([]*peer, size)
+	f.transports = make([]string, size)
+	f.transports[f.rank] = "loop"
 	var own []epEntry
 	for r := 0; r < size; r++ {
 		if r == f.rank {
 			continue
 		}
-		useTCP := f.cfg.Transport == "tcp" || (f.cfg.Transport == "" && !f.names.SameMachine(f.rank, r))
+		if f.cfg.Transport == "shm" && !shmWith[r] {
+			why := f.probeErrs[r]
+			if why == nil {
+				why = errors.New("its probe of this rank failed")
+			}
+			return nil, fmt.Errorf("%w: Transport is shm but rank %d is not reachable through shared memory: %v", ErrBootstrap, r, why)
+		}
 		var prov dtutils.Provider
 		code := uint8(transportSHM)
-		if useTCP {
+		if !shmWith[r] {
 			if tcp == nil {
-				tc := dtutils.DefaultTCPConfig()
-				tc.Logger = f.log
-				if f.cfg.Listen != "" {
-					tc.Listen = f.cfg.Listen
-				} else if !local {
-					tc.Listen = ":0"
-				}
-				if tcp, err = dtutils.NewTCP(f.proc, tc); err != nil {
+				if tcp, err = dtutils.NewTCP(f.proc, f.tcpConfig()); err != nil {
 					return nil, err
 				}
 				f.provs = append(f.provs, tcp)
 			}
 			prov, code = tcp, transportTCP
+			f.transports[r] = "tcp"
 		} else {
-			if shm == nil {
-				if shm, err = dtutils.NewSHM(f.proc, dtutils.SHMConfig{Logger: f.log}); err != nil {
-					return nil, err
-				}
-				f.provs = append(f.provs, shm)
-			}
-			prov = shm
+			prov = f.shm
+			f.transports[r] = "shm"
 		}
 		// Two queue pairs per peer, published in this order: calls, then data.
 		qp, err := prov.NewQueuePair()
@@ -466,6 +607,35 @@ func (f *Fabric) Handlers() *Handlers { return f.handlers }
 
 // Process returns the dtutils process state (registered memory).
 func (f *Fabric) Process() *dtutils.Process { return f.proc }
+
+// Transport returns the transport this process uses to reach rank: "shm",
+// "tcp", or "loop" for itself (see Config.Transport for how it is chosen).
+func (f *Fabric) Transport(rank int) string {
+	if rank < 0 || rank >= len(f.transports) {
+		return ""
+	}
+	return f.transports[rank]
+}
+
+// Transports summarises the transports this process uses to its peers:
+// "shm", "tcp", "shm+tcp", or "loop" in a job of one process.
+func (f *Fabric) Transports() string {
+	seen := map[string]bool{}
+	for r, t := range f.transports {
+		if r != f.rank {
+			seen[t] = true
+		}
+	}
+	switch {
+	case seen["shm"] && seen["tcp"]:
+		return "shm+tcp"
+	case seen["tcp"]:
+		return "tcp"
+	case seen["shm"]:
+		return "shm"
+	}
+	return "loop"
+}
 
 // Worker returns local worker thread t.
 func (f *Fabric) Worker(t int) *Worker { return f.workers[t] }

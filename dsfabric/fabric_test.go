@@ -399,22 +399,37 @@ func FuzzCallMessage(f *testing.F) {
 	})
 }
 
+// FuzzCoordinatorMessages: every decoder of the coordinator protocol
+// fails with ErrBadMessage or accepts, and whatever it accepts encodes back
+// to the same bytes (round trip).
 func FuzzCoordinatorMessages(f *testing.F) {
-	f.Add(hello{rank: 1, size: 2, token: []byte("t"), machine: "m"}.encode())
-	f.Add(encodeTable([]string{"a", "b"}))
+	f.Add(hello{rank: 1, size: 2, token: []byte("t"), machine: "m", probe: []byte{1, 2, 3}}.encode())
+	f.Add(encodeTable([]member{{machine: "a"}, {machine: "b", probe: []byte("p")}}))
 	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 1, transport: transportTCP, ep: []byte{1, 2}}}))
+	f.Add(encodeRanks(msgReach, []int{0, 3}))
+	f.Add(encodeRanks(msgPlan, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, err := range []error{
-			func() error { _, err := decodeHello(data); return err }(),
-			func() error { _, err := decodeTable(data, 2); return err }(),
-			func() error { _, err := decodeEndpoints(data, msgPeers, 4); return err }(),
-		} {
+		const size = 4
+		h, herr := decodeHello(data)
+		tb, terr := decodeTable(data, 2)
+		es, eerr := decodeEndpoints(data, msgPeers, size)
+		rr, rerr := decodeRanks(data, msgReach, size)
+		pr, perr := decodeRanks(data, msgPlan, size)
+		for _, err := range []error{herr, terr, eerr, rerr, perr} {
 			if err != nil && !errors.Is(err, ErrBadMessage) {
 				t.Fatalf("error without ErrBadMessage: %v", err)
 			}
 		}
-		if h, err := decodeHello(data); err == nil && !bytes.Equal(h.encode(), data) {
-			t.Fatal("hello re-encodes differently")
+		for name, ok := range map[string]bool{
+			"hello":     herr != nil || bytes.Equal(h.encode(), data),
+			"table":     terr != nil || bytes.Equal(encodeTable(tb), data),
+			"endpoints": eerr != nil || bytes.Equal(encodeEndpoints(msgPeers, es), data),
+			"reach":     rerr != nil || bytes.Equal(encodeRanks(msgReach, rr), data),
+			"plan":      perr != nil || bytes.Equal(encodeRanks(msgPlan, pr), data),
+		} {
+			if !ok {
+				t.Fatalf("%s re-encodes differently", name)
+			}
 		}
 	})
 }

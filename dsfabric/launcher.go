@@ -16,6 +16,9 @@ const (
 	EnvSize  = "SERIEMA_SIZE"      // set by the self-launcher in children
 	EnvCoord = "SERIEMA_COORD"     // coordinator: "unix:/path" or "host:port"
 	EnvToken = "SERIEMA_JOB_TOKEN" // per-job secret authenticating hellos
+	// EnvListen is the tcp transport's listen address when Config.Listen is
+	// empty ("10.0.0.5:0", ":7000"); see Config.Listen.
+	EnvListen = "SERIEMA_LISTEN"
 )
 
 // launch says how this process was started.

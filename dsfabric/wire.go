@@ -15,17 +15,19 @@ import (
 // length and the bytes.
 
 const (
-	msgHello     = 1 // rank>0 → 0: version u8, rank u32, size u32, token str, machine str
-	msgTable     = 2 // 0 → all: size u32, machine str × size
-	msgEndpoints = 3 // r → 0: count u32, (peer u32, transport u8, endpoint bytes) × count: calls lane, then data lane, per peer
-	msgPeers     = 4 // 0 → r: the same layout: endpoints other ranks made for r
-	msgBarrier   = 5 // r → 0: seq u32
-	msgRelease   = 6 // 0 → r: seq u32
-	msgDead      = 7 // 0 → r: rank u32, reason str
-	msgBye       = 8 // r → 0: orderly end
-	msgRefused   = 9 // 0 → would-be rank: reason str
+	msgHello     = 1  // rank>0 → 0: version u8, rank u32, size u32, token str, machine str, shm probe str
+	msgTable     = 2  // 0 → all: size u32, (machine str, shm probe str) × size
+	msgEndpoints = 3  // r → 0: count u32, (peer u32, transport u8, endpoint bytes) × count: calls lane, then data lane, per peer
+	msgPeers     = 4  // 0 → r: the same layout: endpoints other ranks made for r
+	msgBarrier   = 5  // r → 0: seq u32
+	msgRelease   = 6  // 0 → r: seq u32
+	msgDead      = 7  // 0 → r: rank u32, reason str
+	msgBye       = 8  // r → 0: orderly end
+	msgRefused   = 9  // 0 → would-be rank: reason str
+	msgReach     = 10 // r → 0: count u32, rank u32 × count: ranks whose shm probe r passed
+	msgPlan      = 11 // 0 → r: count u32, rank u32 × count: ranks r talks to over shm (both probes passed)
 
-	protoVersion  = 1
+	protoVersion  = 2
 	maxCoordFrame = 16 << 20
 	maxString     = 1 << 20
 )
@@ -102,10 +104,11 @@ type hello struct {
 	rank, size uint32
 	token      []byte
 	machine    string
+	probe      []byte // dtutils.SHMProbe of the rank; empty when it offers no shm
 }
 
 func (h hello) encode() []byte {
-	return wbuf{msgHello}.u8(protoVersion).u32(h.rank).u32(h.size).str(h.token).str([]byte(h.machine))
+	return wbuf{msgHello}.u8(protoVersion).u32(h.rank).u32(h.size).str(h.token).str([]byte(h.machine)).str(h.probe)
 }
 
 func decodeHello(b []byte) (hello, error) {
@@ -116,19 +119,25 @@ func decodeHello(b []byte) (hello, error) {
 	if v := r.u8(); v != protoVersion && r.err == nil {
 		return hello{}, fmt.Errorf("%w: protocol version %d, want %d", ErrBadMessage, v, protoVersion)
 	}
-	h := hello{rank: r.u32(), size: r.u32(), token: r.str(), machine: string(r.str())}
+	h := hello{rank: r.u32(), size: r.u32(), token: r.str(), machine: string(r.str()), probe: r.str()}
 	return h, r.done()
 }
 
-func encodeTable(machines []string) []byte {
-	w := wbuf{msgTable}.u32(uint32(len(machines)))
-	for _, m := range machines {
-		w = w.str([]byte(m))
+// member is one rank's entry of the table.
+type member struct {
+	machine string
+	probe   []byte
+}
+
+func encodeTable(ms []member) []byte {
+	w := wbuf{msgTable}.u32(uint32(len(ms)))
+	for _, m := range ms {
+		w = w.str([]byte(m.machine)).str(m.probe)
 	}
 	return w
 }
 
-func decodeTable(b []byte, size int) ([]string, error) {
+func decodeTable(b []byte, size int) ([]member, error) {
 	r := rbuf{b: b}
 	if r.u8() != msgTable {
 		return nil, fmt.Errorf("%w: not a table", ErrBadMessage)
@@ -137,11 +146,40 @@ func decodeTable(b []byte, size int) ([]string, error) {
 	if r.err == nil && int(n) != size {
 		return nil, fmt.Errorf("%w: table of %d ranks for a job of %d", ErrBadMessage, n, size)
 	}
-	ms := make([]string, 0, size)
+	ms := make([]member, 0, size)
 	for i := 0; i < int(n) && r.err == nil; i++ {
-		ms = append(ms, string(r.str()))
+		ms = append(ms, member{machine: string(r.str()), probe: r.str()})
 	}
 	return ms, r.done()
+}
+
+// encodeRanks and decodeRanks are msgReach and msgPlan: a list of ranks.
+func encodeRanks(typ uint8, ranks []int) []byte {
+	w := wbuf{typ}.u32(uint32(len(ranks)))
+	for _, r := range ranks {
+		w = w.u32(uint32(r))
+	}
+	return w
+}
+
+func decodeRanks(b []byte, typ uint8, size int) ([]int, error) {
+	r := rbuf{b: b}
+	if r.u8() != typ {
+		return nil, fmt.Errorf("%w: expected message type %d", ErrBadMessage, typ)
+	}
+	n := r.u32()
+	if int(n) > size && r.err == nil {
+		return nil, fmt.Errorf("%w: %d ranks in a job of %d", ErrBadMessage, n, size)
+	}
+	var out []int
+	for i := 0; i < int(n) && r.err == nil; i++ {
+		v := r.u32()
+		if r.err == nil && int(v) >= size {
+			return nil, fmt.Errorf("%w: rank %d in a job of %d", ErrBadMessage, v, size)
+		}
+		out = append(out, int(v))
+	}
+	return out, r.done()
 }
 
 // epEntry is one queue-pair endpoint in msgEndpoints / msgPeers.

@@ -52,6 +52,10 @@ type shmProvider struct {
 	connMu  sync.Mutex // guards conns (accepted connections)
 	conns   []net.Conn
 	closed  atomic.Bool
+
+	probeOnce sync.Once // SHMProbe
+	probe     []byte
+	probeErr  error
 }
 
 // NewSHM returns an shm provider for proc.
@@ -385,4 +389,53 @@ func (p *shmPeer) close() {
 		return true
 	})
 	p.regions.Clear()
+}
+
+// SHMProbe returns what a peer passes to ProbeSHM to prove that it reaches
+// this provider's shared memory: an shm endpoint (docs/wire.md) whose
+// region is a small probe region of p's process holding token, a random
+// nonce, in its first word. p must be an shm provider.
+func SHMProbe(p Provider) ([]byte, error) {
+	sp, ok := p.(*shmProvider)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s provider has no shm probe", ErrBadRequest, p.Transport())
+	}
+	sp.probeOnce.Do(func() {
+		r, err := sp.proc.reg.NewRegion(8, alloc.RegionConfig{Name: "shm-probe"})
+		if err != nil {
+			sp.probeErr = err
+			return
+		}
+		nonce := randomToken()
+		binary.LittleEndian.PutUint64(r.Bytes(), nonce)
+		sp.probe = endpoint{transport: transportSHM, rank: sp.proc.cfg.Rank, token: nonce, srqRegion: r.ID(), srqKey: r.Key(), addr: sp.path}.marshal()
+	})
+	return sp.probe, sp.probeErr
+}
+
+// ProbeSHM reports whether the shm provider that made probe (SHMProbe) is
+// reachable through shared memory from this process: its unix socket can
+// be dialed, it hands over the probe region's memfd for the right key,
+// and the mapping holds the nonce. Equal host names prove none of that
+// (containers, network or mount namespaces); this does.
+func ProbeSHM(probe []byte, timeout time.Duration) error {
+	ep, err := parseEndpoint(probe, transportSHM)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("unix", ep.addr, timeout)
+	if err != nil {
+		return fmt.Errorf("%w: rank %d's shm socket %s: %v", ErrConnectionLost, ep.rank, ep.addr, err)
+	}
+	c.SetDeadline(time.Now().Add(timeout))
+	peer := &shmPeer{r: ep.rank, ctl: c.(*net.UnixConn), regions: xsync.NewMapOf[uint32, *shmMapping]()}
+	defer peer.close()
+	m, err := peer.fetch(ep.srqRegion, ep.srqKey)
+	if err != nil {
+		return err
+	}
+	if len(m.mem) < 8 || binary.LittleEndian.Uint64(m.mem) != ep.token {
+		return fmt.Errorf("%w: rank %d's probe region does not hold its nonce", ErrRemoteAccess, ep.rank)
+	}
+	return nil
 }

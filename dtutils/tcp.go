@@ -24,8 +24,13 @@ type TCPConfig struct {
 	// address to reach other machines.
 	Listen string
 	// Advertise is the address written into endpoints; default the
-	// listener's actual address.
+	// listener's actual address, with its host replaced by AdvertiseHost
+	// when that is set.
 	Advertise string
+	// AdvertiseHost is the host (an address peers reach) advertised with
+	// the listener's port when Advertise is empty: for a listener on every
+	// interface (":0"), whose own address names none.
+	AdvertiseHost string
 	// ConnectTimeout bounds Connect (dialing, or waiting for the peer to
 	// dial). Default 10 s.
 	ConnectTimeout time.Duration
@@ -88,6 +93,8 @@ func NewTCP(proc *Process, cfg TCPConfig) (Provider, error) {
 	p := &tcpProvider{proc: proc, cfg: cfg, log: log.With("transport", "tcp", "rank", proc.cfg.Rank), ln: ln, addr: ln.Addr().String(), qps: make(map[uint64]*tcpQP)}
 	if cfg.Advertise != "" {
 		p.addr = cfg.Advertise
+	} else if cfg.AdvertiseHost != "" {
+		p.addr = net.JoinHostPort(cfg.AdvertiseHost, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
 	}
 	go p.accept()
 	return p, nil

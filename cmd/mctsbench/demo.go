@@ -75,7 +75,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.IntVar(&o.visits, "visits", demoDefaultVisits, "rollouts (visits) per move")
 	fs.IntVar(&o.playouts, "playouts", 16, "random playouts per evaluated leaf")
 	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
-	fs.StringVar(&o.transport, "transport", "shm", "shm (same machine) or tcp")
+	fs.StringVar(&o.transport, "transport", "", "\"\" (automatic per pair: shm where shared memory is provably reachable, else tcp), shm or tcp")
 	fs.Float64Var(&o.c, "c", 1.0, "UCB exploration constant")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
 	fs.BoolVar(&o.seq, "seq", false, "run the sequential baseline (no fabric) instead")
@@ -94,8 +94,8 @@ func (o demoOpts) searchConfig() (mcts.Config, error) {
 	default:
 		return cfg, fmt.Errorf("unknown -mode %q (want trad or ovfl)", o.mode)
 	}
-	if o.transport != "shm" && o.transport != "tcp" {
-		return cfg, fmt.Errorf("unknown -transport %q (want shm or tcp)", o.transport)
+	if o.transport != "" && o.transport != "shm" && o.transport != "tcp" {
+		return cfg, fmt.Errorf("unknown -transport %q (want shm, tcp, or empty for automatic)", o.transport)
 	}
 	if o.procs < 1 || o.threads < 1 {
 		return cfg, fmt.Errorf("-procs and -threads must be at least 1")
@@ -113,6 +113,9 @@ type engine struct {
 	search searchFunc
 	close  func() ([]ThreadWork, error)
 	rank0  bool
+	// transport is what rank 0 uses to its peers ("shm", "tcp", "shm+tcp",
+	// "loop"), as chosen by dsfabric.
+	transport string
 }
 
 // startEngine starts the search; searchNs must hold the total search time
@@ -142,7 +145,7 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{search: d.Search, rank0: d.Rank() == 0}
+	e := &engine{search: d.Search, rank0: d.Rank() == 0, transport: d.Fabric().Transports()}
 	e.close = func() ([]ThreadWork, error) {
 		if d.Rank() != 0 {
 			err := d.Serve(context.Background())
@@ -237,13 +240,17 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		_, err := e.close()
 		return nil, err
 	}
-	sum := &DemoSummary{Config: o.config(), Board: fmt.Sprintf("%dx%d", o.board, o.board), Mode: o.mode, Transport: o.transport, VisitsPerMove: o.visits}
+	sum := &DemoSummary{Config: o.config(), Board: fmt.Sprintf("%dx%d", o.board, o.board), Mode: o.mode, Transport: e.transport, VisitsPerMove: o.visits}
 	if o.seq {
 		sum.Mode, sum.Transport = "", ""
 	}
 	if !o.asJSON {
-		fmt.Fprintf(stdout, "Seriema for Go: distributed MCTS playing Hex %s against itself, %s (%s), %d visits per move\n\n",
-			sum.Board, describeConfig(o), strings.TrimSpace(o.mode+" "+o.transport), o.visits)
+		fmt.Fprintf(stdout, "Seriema for Go: distributed MCTS playing Hex %s against itself, %s (%s), %d visits per move\n",
+			sum.Board, describeConfig(o), strings.TrimSpace(o.mode+" over "+sum.Transport), o.visits)
+		if !o.seq {
+			fmt.Fprintf(stdout, "transport: %s\n", sum.Transport)
+		}
+		fmt.Fprintln(stdout)
 	}
 	var visits, sims int
 	var elapsed time.Duration

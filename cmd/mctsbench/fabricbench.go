@@ -192,7 +192,7 @@ func runFabricMode(ctx context.Context, f *dsfabric.Fabric, mode string, spec ra
 			}
 		}
 		if f.Rank() == 0 {
-			results = append(results, newResult(mode, transportName(spec.transport), size, spec.n, rates))
+			results = append(results, newResult(mode, f.Transports(), size, spec.n, rates))
 		}
 	}
 	return results, nil

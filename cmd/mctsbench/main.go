@@ -71,7 +71,7 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	sizes := fs.String("sizes", "8,64,256", "comma-separated record sizes in bytes (multiples of 8)")
 	n := fs.Int("n", 500000, "records per repetition (the first 10% are warm-up, not timed)")
 	reps := fs.Int("reps", 3, "repetitions; the median is reported")
-	transport := fs.String("transport", "shm", "shm (same machine) or tcp")
+	transport := fs.String("transport", "", "\"\" (automatic per pair for the fabric modes; shm for raw and limit), shm or tcp")
 	procs := fs.Int("procs", 2, "processes of the send benchmark (self-launched; mpirun/srun set their own)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN (fabric modes)")

@@ -105,7 +105,7 @@ func newRawEndpoint(rank uint32, transport string) (*rawEndpoint, error) {
 	}
 	e := &rawEndpoint{proc: proc}
 	switch transport {
-	case "shm":
+	case "shm", "": // raw measures one transport; automatic means shm
 		e.prov, err = dtutils.NewSHM(proc, dtutils.SHMConfig{})
 	case "tcp":
 		e.prov, err = dtutils.NewTCP(proc, dtutils.DefaultTCPConfig())
@@ -252,7 +252,7 @@ func runRaw(spec rawSpec) ([]Result, error) {
 			el := time.Since(start)
 			rates = append(rates, float64(spec.n-spec.warmup())/el.Seconds())
 		}
-		results = append(results, newResult("raw", spec.transport, size, spec.n, rates))
+		results = append(results, newResult("raw", transportName(spec.transport), size, spec.n, rates))
 	}
 	e.tx.Flush(ctx)
 	return results, nil
