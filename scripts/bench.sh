@@ -12,16 +12,20 @@ $GO build -o "$BIN/mctsbench" ./cmd/mctsbench
 echo "== go test -bench (every package)"
 $GO test -run '^$' -bench . -benchmem -count 3 ./... | tee "$OUT/gobench.txt"
 echo "== Table 2: micro, every mode"
-"$BIN/mctsbench" micro -mode raw,send,write,trad,ovfl -sizes 8,64,256 -n 500000 -json | tee "$OUT/micro.json"
+"$BIN/mctsbench" micro -mode limit,raw,send,write,trad,ovfl -sizes 8,64,256 -n 500000 -json | tee "$OUT/micro.json"
+echo "== Table 2 over tcp, beside a plain Go TCP frame stream (limit)"
+"$BIN/mctsbench" micro -mode limit,raw,write,trad,ovfl -transport tcp -sizes 8,64,256 -n 300000 -json | tee "$OUT/micro-tcp.json"
 echo "== Fig. 2: raw over sizes, shm and tcp"
 sizes=8,16,32,64,128,256,512,1024,2048,4096
 { "$BIN/mctsbench" micro -mode raw -sizes $sizes -n 500000 -json
   "$BIN/mctsbench" micro -mode raw -sizes $sizes -n 200000 -transport tcp -json; } | tee "$OUT/fig2.json"
 echo "== latency"
 { "$BIN/mctsbench" latency -size 8 -n 200000 -json
-  "$BIN/mctsbench" latency -size 8 -n 20000 -transport tcp -json; } | tee "$OUT/latency.json"
-echo "== Go peers (net/rpc, gRPC) over a unix socket"
-"$BIN/peers" -json | tee "$OUT/peers.json"
+  "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp -json
+  "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp-plain -json; } | tee "$OUT/latency.json"
+echo "== Go peers (net/rpc, gRPC) over a unix socket and over TCP"
+{ "$BIN/peers" -json
+  "$BIN/peers" -net tcp -mode grpc-unary,netrpc-unary -json; } | tee "$OUT/peers.json"
 echo "== Fig. 3: MCTS scaling"
 "$BIN/mctsbench" scale -json -png docs/img/scale.png | tee "$OUT/scale.json"
 "$BIN/mctsbench" report -dir "$OUT" -doc docs/benchmarks.md -img docs/img -command "make bench"

@@ -133,9 +133,20 @@ var sinkDesc = grpc.ServiceDesc{
 	}}},
 }
 
-// serve runs both servers in dir until stdin closes.
-func serve(dir string) error {
-	nl, err := net.Listen("unix", filepath.Join(dir, "netrpc.sock"))
+// listen opens a server's listener: a unix socket in dir, or TCP on
+// loopback.
+func listen(network, dir, name string) (net.Listener, error) {
+	if network == "tcp" {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	return net.Listen("unix", filepath.Join(dir, name))
+}
+
+// serve runs both servers until stdin closes; spec is "network;dir". It
+// prints "ready NETRPC-ADDRESS GRPC-ADDRESS".
+func serve(spec string) error {
+	network, dir, _ := strings.Cut(spec, ";")
+	nl, err := listen(network, dir, "netrpc.sock")
 	if err != nil {
 		return err
 	}
@@ -152,14 +163,14 @@ func serve(dir string) error {
 			go rs.ServeConn(conn)
 		}
 	}()
-	gl, err := net.Listen("unix", filepath.Join(dir, "grpc.sock"))
+	gl, err := listen(network, dir, "grpc.sock")
 	if err != nil {
 		return err
 	}
 	gs := grpc.NewServer()
 	gs.RegisterService(&sinkDesc, struct{}{})
 	go gs.Serve(gl)
-	fmt.Println("ready")
+	fmt.Println("ready", nl.Addr().String(), gl.Addr().String())
 	io.Copy(io.Discard, os.Stdin)
 	gs.Stop()
 	nl.Close()
@@ -168,12 +179,14 @@ func serve(dir string) error {
 
 // server is a running server process.
 type server struct {
-	dir string
-	cmd *exec.Cmd
-	in  io.WriteCloser
+	dir               string
+	network           string // "unix" or "tcp"
+	rpcAddr, grpcAddr string
+	cmd               *exec.Cmd
+	in                io.WriteCloser
 }
 
-func startServer() (*server, error) {
+func startServer(network string) (*server, error) {
 	dir, err := os.MkdirTemp("", "peers-")
 	if err != nil {
 		return nil, err
@@ -183,7 +196,7 @@ func startServer() (*server, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "-test.run=^$") // ignored by the command, selects nothing in tests
-	cmd.Env = append(os.Environ(), serveEnv+"="+dir)
+	cmd.Env = append(os.Environ(), serveEnv+"="+network+";"+dir)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -197,11 +210,12 @@ func startServer() (*server, error) {
 		return nil, err
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
+	f := strings.Fields(line)
+	if err != nil || len(f) != 3 || f[0] != "ready" {
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("server did not start: %q %v", line, err)
 	}
-	return &server{dir: dir, cmd: cmd, in: in}, nil
+	return &server{dir: dir, network: network, rpcAddr: f[1], grpcAddr: f[2], cmd: cmd, in: in}, nil
 }
 
 func (s *server) stop() {
@@ -225,7 +239,7 @@ func median(xs []float64) float64 { return percentile(xs, 50) }
 // netrpcRate measures n pipelined net/rpc calls of size bytes (the first
 // tenth is warm-up), at most 128 in flight.
 func netrpcRate(s *server, size, n int) (float64, error) {
-	c, err := rpc.Dial("unix", filepath.Join(s.dir, "netrpc.sock"))
+	c, err := rpc.Dial(s.network, s.rpcAddr)
 	if err != nil {
 		return 0, err
 	}
@@ -267,7 +281,11 @@ func netrpcRate(s *server, size, n int) (float64, error) {
 }
 
 func grpcConn(s *server) (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix://"+filepath.Join(s.dir, "grpc.sock"),
+	target := "unix://" + s.grpcAddr
+	if s.network == "tcp" {
+		target = "passthrough:///" + s.grpcAddr
+	}
+	return grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype("raw")))
 }
@@ -353,7 +371,7 @@ func latency(s *server, mode string, size, n int) (Latency, error) {
 			return nil
 		})
 	case "netrpc-unary":
-		c, cerr := rpc.Dial("unix", filepath.Join(s.dir, "netrpc.sock"))
+		c, cerr := rpc.Dial(s.network, s.rpcAddr)
 		if cerr != nil {
 			return Latency{}, cerr
 		}
@@ -364,7 +382,7 @@ func latency(s *server, mode string, size, n int) (Latency, error) {
 	if err != nil {
 		return Latency{}, err
 	}
-	return Latency{Mode: mode, Size: size, Transport: "unix", N: n, P50ns: percentile(ns, 50), P99ns: percentile(ns, 99), P999ns: percentile(ns, 99.9)}, nil
+	return Latency{Mode: mode, Size: size, Transport: s.network, N: n, P50ns: percentile(ns, 50), P99ns: percentile(ns, 99), P999ns: percentile(ns, 99.9)}, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -377,6 +395,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	latSize := fs.Int("latency-size", 8, "payload bytes of the round-trip modes")
 	latN := fs.Int("latency-n", 20000, "round trips of the round-trip modes")
 	asJSON := fs.Bool("json", false, "print JSON lines")
+	network := fs.String("net", "unix", "what the peers talk over: unix (a unix socket) or tcp (TCP on loopback)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -401,7 +420,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	s, err := startServer()
+	if *network != "unix" && *network != "tcp" {
+		fmt.Fprintf(stderr, "peers: unknown -net %q (want unix or tcp)\n", *network)
+		return 2
+	}
+	s, err := startServer(*network)
 	if err != nil {
 		fmt.Fprintf(stderr, "peers: %v\n", err)
 		return 1
@@ -436,7 +459,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				rates = append(rates, rate)
 			}
 			c := median(rates)
-			results = append(results, Result{Mode: m, Size: size, Transport: "unix", CallsPerS: c, MBPerS: c * float64(size) / 1e6, N: *n, Reps: *reps})
+			results = append(results, Result{Mode: m, Size: size, Transport: s.network, CallsPerS: c, MBPerS: c * float64(size) / 1e6, N: *n, Reps: *reps})
 		}
 	}
 	if *asJSON {

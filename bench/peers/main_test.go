@@ -18,11 +18,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestPeersSmoke runs every mode with tiny N and checks the JSON schema
-// shared with mctsbench.
+// TestPeersSmoke runs every mode with tiny N over a unix socket and over
+// TCP, and checks the JSON schema shared with mctsbench.
 func TestPeersSmoke(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) { peersSmoke(t, network) })
+	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"-sizes", "8,64", "-n", "300", "-reps", "1", "-latency-n", "50", "-json"}, &out, &errb); code != 0 {
+	if code := run([]string{"-net", "carrier-pigeon"}, &out, &errb); code != 2 {
+		t.Errorf("unknown -net accepted")
+	}
+}
+
+func peersSmoke(t *testing.T, network string) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"-net", network, "-sizes", "8,64", "-n", "300", "-reps", "1", "-latency-n", "50", "-json"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -34,7 +44,7 @@ func TestPeersSmoke(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m["transport"] != "unix" {
+		if m["transport"] != network {
 			t.Errorf("transport in %s", l)
 		}
 		if _, ok := m["calls_per_s"]; ok {
