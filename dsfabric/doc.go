@@ -20,9 +20,27 @@
 // Rank 0 coordinates: hellos carry the job token (compared in constant time;
 // a wrong one is refused and logged while the job goes on forming), rank 0
 // publishes the table of machines, every pair of processes connects a queue
-// pair (shm on one machine, tcp across; Config.Transport forces one), and a
-// barrier ends Start. A rank that never arrives fails Start after
-// Config.BootstrapTimeout with an error naming it.
+// pair, and a barrier ends Start. A rank that never arrives fails Start
+// after Config.BootstrapTimeout with an error naming it.
+//
+// # Transports, per pair
+//
+// The transport of each pair is chosen here and nowhere else. Unless
+// Config.Transport forces one, a pair uses shm only when shared memory is
+// provably reachable both ways: each rank's hello publishes a probe (its
+// shm socket and a small region holding a random nonce), and each rank
+// probes the peers that claim its machine (same host name and boot ID) by
+// dialing that socket, mapping the region by its key and checking the
+// nonce. Two containers or network namespaces of one host with separate
+// file systems fail the probe and use tcp; rank 0 makes a pair shm only when
+// both of its probes passed, so both sides agree. Fabric.Transport reports
+// the choice.
+//
+// tcp listens on Config.Listen or SERIEMA_LISTEN when set; otherwise on
+// every interface when the coordinator is tcp (SERIEMA_COORD=host:port),
+// advertising the address the rank reached the coordinator from — which
+// its peers can reach — and on loopback when the coordinator is a unix
+// socket (one machine).
 //
 //	h := dsfabric.NewHandlers()
 //	greet, _ := h.Register("greet", func(c *dsfabric.Call, args []byte) ([]byte, error) {

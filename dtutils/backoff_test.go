@@ -23,3 +23,37 @@ func TestBackoffNeverSleepsBeforeSleepy(t *testing.T) {
 		t.Fatal("Reset did not restart the spinning phase")
 	}
 }
+
+// A waiter that starts sleeping on timers says so once, through Idle: the
+// tcp engine then watches the socket instead of waiting for polls that now
+// come a millisecond apart.
+func TestBackoffIdleOnceWhenSleeping(t *testing.T) {
+	calls := 0
+	b := Backoff{Idle: func() { calls++ }}
+	for !b.Sleepy() {
+		b.Wait()
+	}
+	if calls != 0 {
+		t.Fatalf("Idle called %d times while still spinning or yielding", calls)
+	}
+	b.Wait()
+	b.Wait()
+	if calls != 1 {
+		t.Fatalf("Idle called %d times over two timer sleeps, want 1", calls)
+	}
+	b.Reset()
+	for !b.Sleepy() {
+		b.Wait()
+	}
+	b.Wait()
+	if calls != 2 {
+		t.Fatalf("after Reset, a new sleeping phase called Idle %d times in all, want 2", calls)
+	}
+	h := HotWait{Idle: func() { calls++ }} // no hot phase: straight to its Backoff
+	for i := 0; i <= spinRounds+yieldRounds; i++ {
+		h.Wait()
+	}
+	if calls != 3 {
+		t.Fatalf("HotWait did not pass Idle on to its sleeping phase")
+	}
+}

@@ -3,7 +3,9 @@ package dtutils
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -224,4 +226,179 @@ func TestTCPForeignDialerRefused(t *testing.T) {
 	if c := post(t, a.qp, WorkRequest{Op: OpWrite, Local: src, Remote: b.loc(t, 0, 64)}); c.Status != StatusSuccess {
 		t.Fatalf("the job's own pair stopped working: %v", c.Status)
 	}
+}
+
+// TestTCPEngineDeliversWithoutPollers: nobody calls Progress on either
+// side, so the connections' engines must notice (no polling rate) and carry
+// the operations themselves — a write that spans many socket reads lands
+// whole, last word last, and a read comes back — promptly.
+func TestTCPEngineDeliversWithoutPollers(t *testing.T) {
+	a, b := tcpPair(t)
+	const n = 3 << 19 // many socket reads; source and read-back fit the 4 MiB test region
+	src, dst := a.mem(t, 0, n), b.loc(t, 0, n)
+	fill(src.Bytes(), 7)
+	if err := a.qp.Post(WorkRequest{Op: OpWrite, Local: src, Remote: dst}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.buf.Bytes()[:n]
+	deadline := time.Now().Add(5 * time.Second)
+	for !bytes.Equal(got, src.Bytes()) { // plain loads: no Progress here
+		if time.Now().After(deadline) {
+			t.Fatal("an unsignaled write with no poller on either side did not land within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A read, waited for with a context (the completion queue's Wait
+	// sleeps on its doorbell after a short hot phase).
+	back := a.mem(t, n, n)
+	if err := a.qp.Post(WorkRequest{Op: OpRead, Local: back, Remote: dst, Signaled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c := wait(t, a.qp.CQ()); c.Status != StatusSuccess || !bytes.Equal(back.Bytes(), src.Bytes()) {
+		t.Fatalf("read back: %v, equal %v", c.Status, bytes.Equal(back.Bytes(), src.Bytes()))
+	}
+}
+
+// fakePeer is a connected, authenticated tcp peer that the test drives by
+// hand: q accepted its hello, and the test writes frames on c.
+type fakePeer struct {
+	c   net.Conn
+	q   *tcpQP
+	b   side
+	reg alloc.Locator // 64 bytes of q's process memory
+}
+
+func newFakePeer(t *testing.T) fakePeer {
+	t.Helper()
+	b := side{proc: newProcess(t, 1, nil)}
+	var err error
+	if b.prov, err = NewTCP(b.proc, DefaultTCPConfig()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.prov.Close() })
+	qp, err := b.prov.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.buf, err = b.proc.Registry().NewRegion(4096, alloc.RegionConfig{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	q := qp.(*tcpQP)
+	// Token 1 is below any real token (they are random and odd), so q
+	// waits for our dial.
+	peerEP := endpoint{transport: transportTCP, rank: 0, token: 1, addr: "127.0.0.1:1"}.marshal()
+	errc := make(chan error, 1)
+	go func() { errc <- q.Connect(peerEP) }()
+	c, err := net.Dial("tcp", b.prov.(*tcpProvider).addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var h [helloSize]byte
+	binary.LittleEndian.PutUint64(h[0:], q.token)
+	binary.LittleEndian.PutUint64(h[8:], 1)
+	if _, err := c.Write(h[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("the queue pair refused an authenticated peer: %v", err)
+	}
+	return fakePeer{c: c, q: q, b: b, reg: b.loc(t, 0, 64)}
+}
+
+// send writes one frame (header and payload as given, however wrong).
+func (p fakePeer) send(t *testing.T, f frame, payload []byte) {
+	t.Helper()
+	var hdr [frameHeader]byte
+	f.put(hdr[:])
+	if _, err := p.c.Write(append(hdr[:], payload...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closed reports whether q closed the connection within 5 s.
+func (p fakePeer) closed() bool {
+	p.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [4096]byte
+	for {
+		_, err := p.c.Read(b[:])
+		if err != nil {
+			var ne net.Error
+			return !(errors.As(err, &ne) && ne.Timeout())
+		}
+	}
+}
+
+// TestTCPMalformedFramesFromPeer: a connected, authenticated peer that
+// sends frames which parse but break the protocol loses its connection,
+// with the queue pair's pending operations failed (not hung), and memory
+// untouched; a well-formed write outside the registered bounds is refused
+// with a status and the connection lives on.
+func TestTCPMalformedFramesFromPeer(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		f       func(p fakePeer) frame
+		payload int
+	}{
+		{"write length differs from its payload", func(p fakePeer) frame {
+			return frame{op: uint8(OpWrite), region: p.reg.Region, key: p.reg.Key, length: 32, payload: 16}
+		}, 16},
+		{"unknown opcode", func(p fakePeer) frame { return frame{op: 0x3f} }, 0},
+		{"reserved flag bits", func(p fakePeer) frame {
+			return frame{op: uint8(OpWrite), flags: 0x80, region: p.reg.Region, key: p.reg.Key, length: 8, payload: 8}
+		}, 8},
+		{"response to nothing pending", func(p fakePeer) frame {
+			return frame{op: uint8(OpFetchAdd) | frameResp, wrid: 12345, payload: 8}
+		}, 8},
+		{"payload over MaxTransfer", func(p fakePeer) frame {
+			return frame{op: uint8(OpSend), payload: 1<<31 + 1}
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newFakePeer(t)
+			fill(p.b.buf.Bytes(), 9)
+			before := append([]byte(nil), p.b.buf.Bytes()...)
+			// An operation of q's own, pending until the peer answers.
+			if err := p.q.Post(WorkRequest{Op: OpFetchAdd, Local: p.b.mem(t, 64, 8), Remote: alloc.Locator{Process: 0, Length: 8}, Add: 1, Signaled: true}); err != nil {
+				t.Fatal(err)
+			}
+			p.send(t, c.f(p), bytes.Repeat([]byte{0xee}, c.payload))
+			if !p.closed() {
+				t.Fatal("the queue pair kept a connection that broke the protocol")
+			}
+			if got := wait(t, p.q.CQ()); got.Status != StatusConnectionLost {
+				t.Fatalf("the pending operation completed with %v, want %v", got.Status, StatusConnectionLost)
+			}
+			if err := p.q.Post(WorkRequest{Op: OpWrite, Local: p.b.mem(t, 0, 8), Remote: alloc.Locator{Process: 0, Length: 8}}); !errors.Is(err, ErrConnectionLost) {
+				t.Fatalf("a post after the drop returned %v, want ErrConnectionLost", err)
+			}
+			if !bytes.Equal(before[:64], p.b.buf.Bytes()[:64]) {
+				t.Fatal("a malformed frame changed registered memory")
+			}
+		})
+	}
+	t.Run("write out of bounds is refused, connection kept", func(t *testing.T) {
+		p := newFakePeer(t)
+		fill(p.b.buf.Bytes(), 9)
+		before := append([]byte(nil), p.b.buf.Bytes()...)
+		for _, f := range []frame{
+			{op: uint8(OpWrite), flags: flagSignaled, wrid: 1, region: p.reg.Region, key: p.reg.Key, off: 4090, length: 16, payload: 16},
+			{op: uint8(OpWrite), flags: flagSignaled, wrid: 2, region: p.reg.Region, key: p.reg.Key ^ 1, length: 16, payload: 16},
+			{op: uint8(OpWrite), flags: flagSignaled, wrid: 3, region: p.reg.Region + 99, key: p.reg.Key, length: 16, payload: 16},
+		} {
+			p.send(t, f, bytes.Repeat([]byte{0xee}, 16))
+			var r [frameHeader]byte
+			p.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(p.c, r[:]); err != nil {
+				t.Fatalf("no response to write %d: %v", f.wrid, err)
+			}
+			got, err := parseFrame(r[:], 1<<20)
+			if err != nil || got.wrid != f.wrid || got.status != StatusRemoteAccess {
+				t.Fatalf("write %d: response %+v (%v), want StatusRemoteAccess", f.wrid, got, err)
+			}
+		}
+		if !bytes.Equal(before, p.b.buf.Bytes()) {
+			t.Fatal("a refused write changed registered memory")
+		}
+	})
 }

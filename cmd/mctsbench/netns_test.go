@@ -101,7 +101,8 @@ func TestDemoAcrossTwoHosts(t *testing.T) {
 // middle of a search; rank 0 exits non-zero naming it within 2 s.
 func TestDemoAcrossTwoHostsRankKilled(t *testing.T) {
 	h := jobtest.TwoHosts(t)
-	args := "demo -board 7 -moves 40 -visits 200000"
+	// Moves long enough to be killed in, short enough under -race.
+	args := "demo -board 7 -moves 40 -visits 20000"
 	r0 := hostRank(t, h, 0, true, 7200, args)
 	r1 := hostRank(t, h, 1, true, 7200, args)
 	var errs0, errs1 bytes.Buffer
@@ -143,7 +144,7 @@ func TestDemoAcrossTwoHostsRankKilled(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("no first move within 60 s:\n%s", errs0.String())
 	}
-	time.Sleep(100 * time.Millisecond) // in the middle of the next search
+	time.Sleep(50 * time.Millisecond) // in the middle of the next search
 	killed := time.Now()
 	r1.Process.Kill()
 	r1.Wait()

@@ -75,7 +75,13 @@ func (h Hosts) Command(t testing.TB, i int, privateTmp bool, argv ...string) *ex
 	var env []string
 	if privateTmp {
 		dir := t.TempDir()
-		args = append(args, "unshare", "--mount", "--propagation", "private", "sh", "-c", `mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"`, "sh")
+		private := []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", `mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"`, "sh"}
+		check := exec.Command(h.IP, append(append(args[:len(args):len(args)], private...), "true")...)
+		check.Env = append(os.Environ(), "TMPDIR="+dir)
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Skipf("cannot give a test host a file system of its own here (unshare, mount): %v: %s", err, out)
+		}
+		args = append(args, private...)
 		env = append(env, "TMPDIR="+dir)
 	}
 	cmd := exec.Command(h.IP, append(args, argv...)...)
