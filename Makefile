@@ -6,7 +6,7 @@ FUZZTIME ?= 30s
 # The race detector slows the suite about 5×; it still fits 10 minutes on 2 cores.
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: all build demo test lint vet fmt-check bench fuzz setup clean soak
+.PHONY: all build demo test lint vet fmt-check bench fuzz setup clean soak mutate
 
 all: build
 
@@ -62,6 +62,12 @@ bench:
 # and are kept as seeds.
 fuzz:
 	@FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh
+
+# Applies each named protocol mutation (scripts/mutate) to a scratch copy,
+# runs the package's tests and prints which test caught it; fails when one
+# survives or is caught after 60 s. docs/reliability.md has the table.
+mutate:
+	$(GO) run ./scripts/mutate -md $(BIN)/mutate.md
 
 clean:
 	rm -rf $(BIN)

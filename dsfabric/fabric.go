@@ -245,7 +245,7 @@ func lockedWriter(mu *sync.Mutex, w io.Writer) io.Writer {
 // provider whose probe the hello publishes.
 func (f *Fabric) prepare() error {
 	pc := dtutils.DefaultProcessConfig(uint32(f.rank))
-	pc.ReceiveSlots = 1
+	pc.ReceiveSlots = 2 // the smallest ring dtutils allows
 	for pc.ReceiveSlots < f.cfg.RecvBuffers {
 		pc.ReceiveSlots <<= 1
 	}

@@ -396,6 +396,11 @@ func FuzzCallMessage(f *testing.F) {
 		if callHeader+len(args)+len(tail) != len(data) || int(h.args) != len(args) {
 			t.Fatalf("split %d+%d of %d bytes", len(args), len(tail), len(data))
 		}
+		again := make([]byte, callHeader)
+		h.put(again)
+		if !bytes.Equal(again, data[:callHeader]) {
+			t.Fatalf("the header re-encodes differently:\n%x\n%x", again, data[:callHeader])
+		}
 	})
 }
 

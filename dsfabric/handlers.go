@@ -62,6 +62,11 @@ func (h *Handlers) Register(name string, fn HandlerFunc) (HandlerID, error) {
 		return 0, fmt.Errorf("%w: empty name or nil function", ErrBadConfig)
 	}
 	id := IDOf(name)
+	if id == 0 {
+		// A record whose header word is zero is "no record yet" to a
+		// receiver: a call to ID 0 with no arguments would never run.
+		return 0, fmt.Errorf("%w: %q hashes to the reserved ID 0; rename it", ErrBadConfig, name)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old, ok := h.names[id]; ok {

@@ -41,6 +41,10 @@ type lateQP struct {
 	queue      []WorkRequest // posted, not yet in effect
 	unsignaled int           // unsignaled operations in queue
 	err        error         // the first failure of a forwarded operation
+	// Test scripts: postGate runs first in Post and completeGate first in
+	// complete; either may block to force an interleaving.
+	postGate     func(WorkRequest)
+	completeGate func()
 }
 
 func (q *lateQP) Endpoint() []byte            { return q.inner.Endpoint() }
@@ -59,6 +63,9 @@ func (q *lateQP) Post(wr WorkRequest) error {
 	// Widen the window between a Transmitter's ticket and its post, where
 	// another goroutine's signaled operation can overtake this one.
 	runtime.Gosched()
+	if q.postGate != nil {
+		q.postGate(wr)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.err != nil {
@@ -77,6 +84,9 @@ func (q *lateQP) Post(wr WorkRequest) error {
 // complete puts into effect every queued operation up to the first signaled
 // one, reading their sources now.
 func (q *lateQP) complete() {
+	if q.completeGate != nil {
+		q.completeGate()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i, wr := range q.queue {
@@ -250,5 +260,104 @@ func recyclingRule(t *testing.T, mk func(testing.TB, *Process, *Process) (Provid
 				t.Fatalf("goroutine %d write %d delivered %#x, want %#x: its unit was reused before the write read it (Completed must be F−1: memory tagged f is free only once F ≥ f+2)", g, i, got, want)
 			}
 		}
+	}
+}
+
+// TestTransmitterCompletedIsFMinusOne (paper §4.1) scripts the race that
+// makes Completed F−1 rather than F. With k = 2: write X takes ticket 1
+// (group 0, unsignaled) and is held before it reaches the queue pair;
+// write S takes ticket 2 (group 1, signaled) and is queued first; X is
+// queued and tagged with F = 0 while S's completion is held; then S
+// completes and F becomes 1. S was queued before X, so X has not taken
+// effect — its memory must still be busy, which only Completed = F−1
+// guarantees.
+func TestTransmitterCompletedIsFMinusOne(t *testing.T) {
+	a, b := connectPair(t, lateMake, nil)
+	q := a.qp.(*lateQP)
+	tx, err := NewTransmitter(q, 64, TransmitterConfig{SignalEvery: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zone, err := alloc.NewZoneAllocator(a.proc.Registry(), alloc.ZoneConfig{SuperchunkSize: 8 << 20, ChunkSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := func() *alloc.Circular {
+		r, err := alloc.NewCircular(zone, alloc.CircularConfig{UnitSize: 64, InitialUnits: 1, MaxUnits: 1, Align: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ringA, ringX, ringS := ring(), ring(), ring()
+	next := func(r *alloc.Circular) alloc.Memory {
+		m, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	memA, memX, memS := next(ringA), next(ringX), next(ringS)
+	dst := func(i int) alloc.Locator { return b.loc(t, 64*i, 64) }
+	xHeld, xRelease := make(chan struct{}), make(chan struct{})
+	sHeld, sRelease := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	q.postGate = func(wr WorkRequest) {
+		if wr.WRID>>slotBits == 1 { // X
+			close(xHeld)
+			<-xRelease
+		}
+	}
+	q.completeGate = func() {
+		once.Do(func() { close(sHeld); <-sRelease }) // the first completion: S's
+	}
+	timeout := time.After(10 * time.Second)
+	step := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("script stuck: %s", what)
+		}
+	}
+	if err := tx.Write(memA, dst(0)); err != nil { // ticket 0
+		t.Fatal(err)
+	}
+	xDone, sDone := make(chan error, 1), make(chan error, 1)
+	go func() { xDone <- tx.Write(memX, dst(1)) }() // ticket 1, held
+	step(xHeld, "X never reached the queue pair")
+	go func() { sDone <- tx.Write(memS, dst(2)) }() // ticket 2, signaled
+	step(sHeld, "S never waited for its completion")
+	close(xRelease) // X is queued after S and tagged while F = 0
+	select {
+	case err := <-xDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-timeout:
+		t.Fatal("script stuck: X's write did not return")
+	}
+	close(sRelease) // S completes: F = 1; X is still queued
+	select {
+	case err := <-sDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-timeout:
+		t.Fatal("script stuck: S's write did not return")
+	}
+	if f := tx.FlushNumber(); f != 1 {
+		t.Fatalf("script: flush number %d after S, want 1", f)
+	}
+	if _, err := ringX.Next(); !errors.Is(err, alloc.ErrBusy) {
+		t.Fatalf("X's memory is reusable (Completed %d) while its write is still queued behind S: memory tagged f is free only once F ≥ f+2 (Completed = F−1)", tx.Completed())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tx.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ringX.Next(); err != nil {
+		t.Fatalf("after Flush X's memory is still busy: %v", err)
 	}
 }

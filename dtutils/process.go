@@ -16,7 +16,8 @@ type ProcessConfig struct {
 	// memory and the Src of receives it sends.
 	Rank uint32
 	// ReceiveSlots is the capacity of the shared receive queue (receives
-	// posted and not yet filled). Default 1024; must be a power of two.
+	// posted and not yet filled). Default 1024; must be a power of two, at
+	// least 2.
 	ReceiveSlots int
 	// MaxUnsignaled bounds the unsignaled operations outstanding on each
 	// queue pair (the device limit of verbs). Default 1024.
@@ -33,8 +34,8 @@ func DefaultProcessConfig(rank uint32) ProcessConfig {
 // VerifyConfig checks c.
 func (c ProcessConfig) VerifyConfig() error {
 	switch {
-	case c.ReceiveSlots <= 0 || c.ReceiveSlots&(c.ReceiveSlots-1) != 0 || c.ReceiveSlots > 1<<20:
-		return fmt.Errorf("%w: ReceiveSlots %d must be a power of two in [1, 2^20]", ErrBadConfig, c.ReceiveSlots)
+	case c.ReceiveSlots < 2 || c.ReceiveSlots&(c.ReceiveSlots-1) != 0 || c.ReceiveSlots > 1<<20:
+		return fmt.Errorf("%w: ReceiveSlots %d must be a power of two in [2, 2^20]", ErrBadConfig, c.ReceiveSlots)
 	case c.MaxUnsignaled <= 0:
 		return fmt.Errorf("%w: MaxUnsignaled %d must be positive", ErrBadConfig, c.MaxUnsignaled)
 	case c.MaxTransfer <= 0 || c.MaxTransfer > 1<<31:

@@ -41,8 +41,10 @@ func cellSize(entry int) int { return 8 + (entry+7)&^7 }
 
 // initRing formats mem as an empty ring. capacity must be a power of two.
 func initRing(mem []byte, capacity, entry int) (*ring, error) {
-	if capacity <= 0 || capacity&(capacity-1) != 0 {
-		return nil, fmt.Errorf("%w: ring capacity %d is not a power of two", ErrBadConfig, capacity)
+	// At least 2: with one cell, an entry's "full" sequence number equals
+	// the next position's "free" one, and a full ring would take another.
+	if capacity < 2 || capacity&(capacity-1) != 0 {
+		return nil, fmt.Errorf("%w: ring capacity %d is not a power of two of at least 2", ErrBadConfig, capacity)
 	}
 	if len(mem) < ringBytes(capacity, entry) {
 		return nil, fmt.Errorf("%w: %d bytes for a ring needing %d", ErrBadConfig, len(mem), ringBytes(capacity, entry))

@@ -81,48 +81,76 @@ func TestTCPPeerDiesMidStream(t *testing.T) {
 	a, b := tcpPair(t)
 	src := a.mem(t, 0, 4096)
 	dst := b.loc(t, 0, 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cs [64]Completion
+	// collect waits for n completions, in order: successes, then losses.
+	collect := func(n int) (ok, lost int) {
+		t.Helper()
+		for ok+lost < n {
+			k, err := a.qp.CQ().Wait(ctx, cs[:])
+			if err != nil {
+				t.Fatalf("hang: %d of %d completions (%d ok, %d lost): %v", ok+lost, n, ok, lost, err)
+			}
+			for _, c := range cs[:k] {
+				switch c.Status {
+				case StatusSuccess:
+					if lost > 0 {
+						t.Fatal("a success completed after a connection-lost completion: out of order")
+					}
+					ok++
+				case StatusConnectionLost:
+					lost++
+				default:
+					t.Fatalf("unexpected %+v", c)
+				}
+			}
+		}
+		return ok, lost
+	}
+	post := func(i int) error {
+		return a.qp.Post(WorkRequest{Op: OpWrite, WRID: uint64(i), Signaled: true, Local: src, Remote: dst})
+	}
+	// The stream works: 100 writes complete.
+	for i := 0; i < 100; i++ {
+		if err := post(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, lost := collect(100); ok != 100 || lost != 0 {
+		t.Fatalf("before the death: %d ok, %d lost of 100", ok, lost)
+	}
+	// The peer closes while writes stream: every posted write completes
+	// (success, then connection lost, in order) or the post itself fails.
 	const n = 2000
-	go func() {
-		time.Sleep(2 * time.Millisecond)
-		b.prov.Close()
-	}()
-	posted := 0
+	closed := make(chan struct{})
+	posted, postFailed := 0, false
 	for i := 0; i < n; i++ {
-		if err := a.qp.Post(WorkRequest{Op: OpWrite, WRID: uint64(i), Signaled: true, Local: src, Remote: dst}); err != nil {
+		if i == 10 {
+			go func() { b.prov.Close(); close(closed) }()
+		}
+		if err := post(100 + i); err != nil {
 			if !errors.Is(err, ErrConnectionLost) {
 				t.Fatalf("post %d: %v", i, err)
 			}
+			postFailed = true
 			break
 		}
 		posted++
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var cs [64]Completion
-	ok, lost := 0, 0
-	for ok+lost < posted {
-		k, err := a.qp.CQ().Wait(ctx, cs[:])
-		if err != nil {
-			t.Fatalf("hang: %d of %d completions (%d ok, %d lost): %v", ok+lost, posted, ok, lost, err)
-		}
-		for _, c := range cs[:k] {
-			switch c.Status {
-			case StatusSuccess:
-				if lost > 0 {
-					t.Fatal("a success completed after a connection-lost completion: out of order")
-				}
-				ok++
-			case StatusConnectionLost:
-				lost++
-			default:
-				t.Fatalf("unexpected %+v", c)
-			}
+	<-closed
+	ok, lost := collect(posted)
+	if !postFailed && lost == 0 {
+		// Everything posted went through before the close: the death must
+		// still be reported, to the next post.
+		if err := post(0); !errors.Is(err, ErrConnectionLost) {
+			t.Fatalf("the peer closed but nothing reported it (%d posted, all ok; next post: %v)", posted, err)
 		}
 	}
 	if err := a.qp.Post(WorkRequest{Op: OpNop, Signaled: true}); !errors.Is(err, ErrConnectionLost) {
 		t.Fatalf("post after loss: %v", err)
 	}
-	t.Logf("%d posted: %d completed, %d reported lost", posted, ok, lost)
+	t.Logf("%d posted while the peer closed: %d completed, %d reported lost, post failed %v", posted, ok, lost, postFailed)
 }
 
 func FuzzTCPFrame(f *testing.F) {
@@ -177,18 +205,49 @@ func FuzzEndpoint(f *testing.F) {
 	})
 }
 
+// FuzzRing: a peer's corrupt ring header is refused, never trusted; and a
+// ring made here carries whatever entries go in back out, whole and in
+// order, and reads back its own shape (round trip).
 func FuzzRing(f *testing.F) {
 	mem := make([]byte, ringBytes(8, recvDescSize))
 	initRing(mem, 8, recvDescSize)
-	f.Add(mem[:ringHeader])
-	f.Fuzz(func(t *testing.T, data []byte) {
-		// A peer's corrupt ring header must be refused, never trusted.
-		r, err := openRing(data)
-		if err != nil {
-			return
-		}
-		if uint64(len(data)) < uint64(ringBytes(int(r.capacity), r.entry)) {
+	f.Add(mem[:ringHeader], uint8(3), uint8(40))
+	f.Fuzz(func(t *testing.T, data []byte, logCap, entry uint8) {
+		if r, err := openRing(data); err == nil && uint64(len(data)) < uint64(ringBytes(int(r.capacity), r.entry)) {
 			t.Fatalf("accepted a ring larger than its memory")
+		}
+		capacity, size := 2<<(logCap%6), 8*(1+int(entry)%16)
+		if _, err := initRing(make([]byte, ringBytes(1, size)), 1, size); err == nil {
+			t.Fatal("a ring of one cell was accepted: it cannot tell full from empty")
+		}
+		mem := make([]byte, ringBytes(capacity, size))
+		if _, err := initRing(mem, capacity, size); err != nil {
+			t.Fatal(err)
+		}
+		r, err := openRing(mem)
+		if err != nil || int(r.capacity) != capacity || r.entry != size {
+			t.Fatalf("ring of %d × %d bytes reopened as %+v (%v)", capacity, size, r, err)
+		}
+		var in [][]byte
+		for len(data) > 0 && len(in) < capacity {
+			e := make([]byte, size)
+			data = data[copy(e, data):]
+			if !r.enqueue(e) {
+				t.Fatalf("ring of %d refused entry %d", capacity, len(in))
+			}
+			in = append(in, e)
+		}
+		if len(in) == capacity && r.enqueue(make([]byte, size)) {
+			t.Fatal("a full ring took one more entry")
+		}
+		out := make([]byte, size)
+		for i, e := range in {
+			if !r.dequeue(out) || !bytes.Equal(out, e) {
+				t.Fatalf("entry %d came back as %x, want %x", i, out, e)
+			}
+		}
+		if r.dequeue(out) {
+			t.Fatal("an empty ring gave an entry")
 		}
 	})
 }

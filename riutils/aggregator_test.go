@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
 )
@@ -17,10 +18,7 @@ func TestAggregatorTradBatches(t *testing.T) {
 	const n = 50000
 	twoThreads(t, DefaultConfig(), func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
-			for seq.total.Load() < n {
-				m.Poll()
-			}
-			return m.Err()
+			return awaitCalls(m, &seq, n, time.Now().Add(30*time.Second), "trad must deliver every call once, in order")
 		},
 		func(m *Messengers) error {
 			a, err := m.Aggregator(AggregatorConfig{Mode: Trad, FlushSize: 4096})
@@ -55,7 +53,7 @@ func TestAggregatorOvflExceeding(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
 	var seq sequence
 	var h dsfabric.HandlerID
-	accepted := make(chan int)
+	accepted := make(chan int, 1)
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		stalledReceiver(&seq, accepted),
 		func(m *Messengers) error {

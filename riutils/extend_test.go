@@ -231,8 +231,8 @@ func TestNestedPollRunsNothing(t *testing.T) {
 				m.Poll()
 			}
 		}
-		for seqs.total.Load() < 2000 {
-			if m.Poll() == 0 && seqs.bad.Load() > 0 {
+		for deadline := time.Now().Add(30 * time.Second); seqs.total.Load() < 2000; {
+			if m.Poll() == 0 && (seqs.bad.Load() > 0 || time.Now().After(deadline)) {
 				break
 			}
 		}

@@ -1,6 +1,7 @@
 package riutils
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -27,8 +28,11 @@ func twoThreads(t *testing.T, cfg Config, reg func(*dsfabric.Handlers), receiver
 // serveUntil is a receiver body: it runs its calls until stop is set, then
 // reports any protocol error.
 func serveUntil(m *Messengers, stop *atomic.Bool) error {
+	deadline := time.Now().Add(60 * time.Second)
 	for !stop.Load() {
-		m.Poll()
+		if m.Poll() == 0 && time.Now().After(deadline) {
+			return errors.New("the other thread never said stop within 60 s")
+		}
 	}
 	return m.Err()
 }
@@ -37,11 +41,13 @@ func serveUntil(m *Messengers, stop *atomic.Bool) error {
 // sends, on accepted, how many calls it made; then it takes them all.
 func stalledReceiver(seq *sequence, accepted <-chan int) func(m *Messengers) error {
 	return func(m *Messengers) error {
-		n := <-accepted
-		for seq.total.Load() < int64(n) {
-			m.Poll()
+		var n int
+		select {
+		case n = <-accepted:
+		case <-time.After(30 * time.Second):
+			return errors.New("the sender never said how many calls it made")
 		}
-		return m.Err()
+		return awaitCalls(m, seq, int64(n), time.Now().Add(30*time.Second), "every accepted call must arrive once, in order")
 	}
 }
 
@@ -71,15 +77,17 @@ func TestMessengerGrowthAndFail(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 6, Policy: Fail}
 	var seq sequence
 	var h dsfabric.HandlerID
-	sent := make(chan int)
+	sent := make(chan int, 1)
 	var snd *Messengers
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
-			n := <-sent
-			for seq.total.Load() < int64(n) {
-				m.Poll()
+			var n int
+			select {
+			case n = <-sent:
+			case <-time.After(30 * time.Second):
+				return errors.New("the sender never filled its ring")
 			}
-			if err := m.Err(); err != nil {
+			if err := awaitCalls(m, &seq, int64(n), time.Now().Add(30*time.Second), "every call made before the ring was full must arrive"); err != nil {
 				return err
 			}
 			s := snd.out[0]
@@ -125,11 +133,8 @@ func TestMessengerRetryResumes(t *testing.T) {
 	const n = 20000
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
-			time.Sleep(200 * time.Millisecond) // the sender fills up and waits
-			for seq.total.Load() < n {
-				m.Poll()
-			}
-			return m.Err()
+			time.Sleep(200 * time.Millisecond) // the sender fills up and waits (no signal crosses a blocked Retry)
+			return awaitCalls(m, &seq, n, time.Now().Add(30*time.Second), "Retry must resume and deliver every call once, in order")
 		},
 		func(m *Messengers) error {
 			var args [8]byte
@@ -251,6 +256,7 @@ func FuzzRecordParse(f *testing.F) {
 	f.Add(c, recordsStart)
 	f.Add(make([]byte, 300), 296)
 	f.Fuzz(func(t *testing.T, data []byte, pos int) {
+		recordRoundTrip(t, data, pos)
 		if len(data)%8 != 0 {
 			data = data[:len(data)&^7]
 		}
@@ -272,6 +278,31 @@ func FuzzRecordParse(f *testing.F) {
 	})
 }
 
+// recordRoundTrip: a record made by putRecord from arguments and a buffer
+// cut from data parses back to the same handler, source, arguments and
+// buffer (encode, decode, equal).
+func recordRoundTrip(t *testing.T, data []byte, cut int) {
+	if len(data) < 8 {
+		return
+	}
+	h, src := dsfabric.HandlerID(binary.LittleEndian.Uint32(data)), dsfabric.ThreadID(binary.LittleEndian.Uint32(data[4:]))
+	if h == 0 {
+		h = 1 // Register never hands out ID 0: a zero header word means no record
+	}
+	body := data[8:]
+	k := 0
+	if len(body) > 0 {
+		k = int(uint(cut) % uint(len(body)+1))
+	}
+	args, buf := body[:k], body[k:]
+	c := make([]byte, recordsStart+recordSize(len(body))+8)
+	putRecord(c[recordsStart:recordsStart+recordSize(len(body))], h, src, args, buf)
+	rec, st, err := parseRecord(c, recordsStart)
+	if st != recOK || err != nil || rec.handler != h || rec.src != src || !bytes.Equal(rec.args, args) || !bytes.Equal(rec.buf, buf) || rec.size != recordSize(len(body)) {
+		t.Fatalf("record (handler %#x, src %d, %d + %d bytes) parsed back as %+v, state %v, %v", h, src, len(args), len(buf), rec, st, err)
+	}
+}
+
 // TestMessengerRetryAsyncKeepsOrder: with RetryAsync a full messenger keeps
 // calls locally without blocking, within MaxAsyncBytes (ErrFull past it),
 // and delivers them in order once the receiver polls.
@@ -279,7 +310,7 @@ func TestMessengerRetryAsyncKeepsOrder(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 64 << 10}
 	var seq sequence
 	var h dsfabric.HandlerID
-	accepted := make(chan int)
+	accepted := make(chan int, 1)
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		stalledReceiver(&seq, accepted),
 		func(m *Messengers) error {
@@ -348,8 +379,8 @@ func TestShutdownHandshake(t *testing.T) {
 					if !ok {
 						ended, phase = true, nil
 					} else if n == 1500 {
-						for seq.total.Load() < int64(n) {
-							m.Poll()
+						if err := awaitCalls(m, &seq, int64(n), time.Now().Add(30*time.Second), "calls before the shutdown request must arrive"); err != nil {
+							return err
 						}
 						requested = true // ask the sender to close
 						if err := m.RequestShutdown(1); err != nil {
@@ -421,7 +452,7 @@ func TestRetryAsyncHelperSends(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 1 << 20}
 	var seq sequence
 	var h dsfabric.HandlerID
-	accepted := make(chan int)
+	accepted := make(chan int, 1)
 	released := make(chan struct{})
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {

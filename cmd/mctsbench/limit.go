@@ -97,6 +97,29 @@ func startPeer(s peerSpec, files ...*os.File) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// acceptPeer starts the second process of s, which dials a fresh loopback
+// listener (s.addr is set to it), and returns its connection; done closes
+// the connection and waits for the process.
+func acceptPeer(s peerSpec) (c net.Conn, done func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	s.addr = ln.Addr().String()
+	cmd, err := startPeer(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	if c, err = ln.Accept(); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, nil, fmt.Errorf("the %s process did not connect: %w", s.role, err)
+	}
+	return c, func() { c.Close(); cmd.Wait() }, nil
+}
+
 // runLimit measures the limit of spec.transport for every size.
 func runLimit(spec rawSpec) ([]Result, error) {
 	var out []Result
@@ -126,24 +149,12 @@ func runLimit(spec rawSpec) ([]Result, error) {
 // limitTCP receives spec.reps streams of spec.n frames and times each
 // after its first tenth.
 func limitTCP(s peerSpec) ([]float64, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s.role = "stream"
+	c, done, err := acceptPeer(s)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("limit: %w", err)
 	}
-	defer ln.Close()
-	s.role, s.addr = "stream", ln.Addr().String()
-	cmd, err := startPeer(s)
-	if err != nil {
-		return nil, err
-	}
-	defer cmd.Wait()
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
-	c, err := ln.Accept()
-	if err != nil {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("limit: the sender did not connect: %w", err)
-	}
-	defer c.Close()
+	defer done()
 	r := bufio.NewReaderSize(c, 64<<10)
 	buf := make([]byte, 4+s.size)
 	var rates []float64
@@ -277,23 +288,11 @@ func limitRingSender(s peerSpec) error {
 // plainPingPong measures round trips of size-byte messages over a plain
 // Go TCP connection to an echoing second process.
 func plainPingPong(size, n int) (*LatencyResult, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c, done, err := acceptPeer(peerSpec{role: "echo", transport: "tcp", size: size, n: n, reps: 1})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tcp-plain: %w", err)
 	}
-	defer ln.Close()
-	cmd, err := startPeer(peerSpec{role: "echo", transport: "tcp", size: size, n: n, reps: 1, addr: ln.Addr().String()})
-	if err != nil {
-		return nil, err
-	}
-	defer cmd.Wait()
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
-	c, err := ln.Accept()
-	if err != nil {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("tcp-plain: the echo process did not connect: %w", err)
-	}
-	defer c.Close()
+	defer done()
 	msg := make([]byte, max(size, 1))
 	back := make([]byte, len(msg))
 	lat := make([]float64, 0, n)

@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if env := os.Getenv(rawRoleEnv); env != "" {
 		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
 	}
+	if env := os.Getenv(limitEnv); env != "" { // the limit and tcp-plain peers
+		os.Exit(peerMain(env, os.Stderr))
+	}
 	// A rank self-launched by the send benchmark runs the same micro
 	// command as the test that started it.
 	if args := os.Getenv(microArgsEnv); args != "" && underLauncher() {
@@ -133,6 +136,17 @@ func TestMicroRawSmoke(t *testing.T) {
 	}
 }
 
+// TestMicroLimitSmoke: the limit peers (a shared-memory ring of sealed
+// records, a plain Go TCP frame stream) run as two processes and report.
+func TestMicroLimitSmoke(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			args := []string{"micro", "-mode", "limit", "-sizes", "8,64", "-n", "2000", "-reps", "1", "-transport", tr, "-json"}
+			runMicro(t, args, "limit", tr, 2)
+		})
+	}
+}
+
 // runMicro runs a micro command and checks it printed want JSON results of
 // mode over transport tr, each with a positive rate.
 func runMicro(t *testing.T, args []string, mode, tr string, want int) {
@@ -156,8 +170,12 @@ func runMicro(t *testing.T, args []string, mode, tr string, want int) {
 // TestLatencySmoke runs the latency command for real with a tiny N and
 // checks its JSON schema (p50 ≤ p99 ≤ p99.9, all positive).
 func TestLatencySmoke(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range []string{"shm", "tcp", "tcp-plain"} {
 		t.Run(tr, func(t *testing.T) {
+			mode := "call_return"
+			if tr == "tcp-plain" {
+				mode = "ping_pong" // the plain Go TCP peer
+			}
 			args := []string{"latency", "-size", "8", "-n", "300", "-transport", tr, "-json"}
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
 			var out, errb bytes.Buffer
@@ -171,7 +189,7 @@ func TestLatencySmoke(t *testing.T) {
 			p50, _ := r["p50_ns"].(float64)
 			p99, _ := r["p99_ns"].(float64)
 			p999, _ := r["p999_ns"].(float64)
-			if r["mode"] != "call_return" || r["transport"] != tr || p50 <= 0 || p50 > p99 || p99 > p999 {
+			if r["mode"] != mode || r["transport"] != tr || p50 <= 0 || p50 > p99 || p99 > p999 {
 				t.Fatalf("bad latency result %s", out.String())
 			}
 		})

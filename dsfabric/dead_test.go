@@ -1,0 +1,63 @@
+package dsfabric
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/internal/jobtest"
+)
+
+// TestCallReturnCalleeKilled (reliability): the callee's process dies
+// (SIGKILL, in the handler) while a send-based CallReturn waits for its
+// reply; the caller gets ErrRankDead within seconds, over shm and tcp.
+func TestCallReturnCalleeKilled(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			h := NewHandlers()
+			die, _ := h.Register("die", func(c *Call, a []byte) ([]byte, error) {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the reply never comes
+			})
+			result := make(chan error, 1)
+			f, err := Start(context.Background(), Config{
+				Procs: 2, Transport: tr, Handlers: h, Args: jobtest.RunArgs(t), Logger: quiet,
+				Worker: func(w *Worker) {
+					if w.Fabric().Rank() == 1 {
+						w.Serve(context.Background()) // runs die
+						return
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					callee, _ := w.Fabric().Names().Thread(1, 0)
+					_, err := w.Fabric().CallReturn(ctx, w.ID(), callee, die, nil)
+					switch {
+					case errors.Is(err, ErrRankDead):
+						result <- nil
+					case errors.Is(err, context.DeadlineExceeded):
+						result <- errors.New("CallReturn was still waiting 10 s after its callee's process died (a death must fail the calls waiting on that rank)")
+					default:
+						result <- errors.New("CallReturn to a callee that died gave " + errString(err) + ", want ErrRankDead")
+					}
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-result; err != nil {
+				t.Fatal(err)
+			}
+			f.Close() // reports rank 1's death
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
+}

@@ -1,0 +1,233 @@
+package riutils
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+// Deterministic checks of the messenger protocol (paper §4.4.1, §4.4.2),
+// each bounded by its own deadline and failing with the rule it checks.
+
+// callUntil makes one call with policy Fail, polling while the messenger is
+// full, and fails once deadline passes.
+func callUntil(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, args []byte, deadline time.Time, rule string) error {
+	for {
+		ok, err := m.call(dst, h, args, nil, Fail)
+		if ok || err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the sender stalled: %s", rule)
+		}
+		m.Poll()
+	}
+}
+
+// awaitCalls polls until seq counts want calls, or fails at deadline.
+func awaitCalls(m *Messengers, seq *sequence, want int64, deadline time.Time, rule string) error {
+	for seq.total.Load() < want {
+		if seq.bad.Load() != 0 {
+			return fmt.Errorf("calls out of order: %s", rule)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d calls arrived: %s", seq.total.Load(), want, rule)
+		}
+		m.Poll()
+	}
+	if seq.bad.Load() != 0 {
+		return fmt.Errorf("calls out of order: %s", rule)
+	}
+	return m.Err()
+}
+
+// TestFeedbackAfterWrap (§4.4.1): with two chunks and no growth, the sender
+// wraps around the ring fifty times; it may reuse a chunk only when the
+// receiver's pushed feedback says it was consumed, so every call arrives
+// once, in order, and the sender never stalls.
+func TestFeedbackAfterWrap(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	const rule = "feedback must count exactly the chunks consumed, after the ring has wrapped"
+	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
+	n := 50 * 2 * perChunk
+	var seq sequence
+	var h dsfabric.HandlerID
+	deadline := time.Now().Add(20 * time.Second)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error { return awaitCalls(m, &seq, int64(n), deadline, rule) },
+		func(m *Messengers) error {
+			var args [8]byte
+			for i := 0; i < n; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := callUntil(m, 0, h, args[:], deadline, rule); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+}
+
+// TestGrowthInTheMiddle (§4.4.1): the sender grows its ring while its
+// current chunk is the first of three, not the last: the new chunks go
+// right after the current one on both sides, so the rings stay symmetric
+// and every call arrives in order.
+func TestGrowthInTheMiddle(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 6, Policy: Fail}
+	const rule = "grown chunks must be inserted right after the current chunk, the same way on both sides"
+	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
+	var seq sequence
+	var h dsfabric.HandlerID
+	deadline := time.Now().Add(20 * time.Second)
+	phase1 := 2*perChunk + perChunk/2 // the sender ends up in chunk 0, after wrapping once
+	stalled, total := make(chan struct{}), make(chan int, 1)
+	var snd *Messengers
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			if err := awaitCalls(m, &seq, int64(phase1), deadline, rule); err != nil {
+				return err
+			}
+			close(stalled) // stop polling: the sender must grow
+			var n int
+			select {
+			case n = <-total:
+			case <-time.After(time.Until(deadline)):
+				return errors.New("the sender never filled the stalled ring")
+			}
+			if err := awaitCalls(m, &seq, int64(n), deadline, rule); err != nil {
+				return err
+			}
+			return ringsSymmetric(snd.out[0], m.rx.in[0])
+		},
+		func(m *Messengers) error {
+			snd = m
+			var args [8]byte
+			i := 0
+			for ; i < phase1; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := callUntil(m, 0, h, args[:], deadline, rule); err != nil {
+					return err
+				}
+			}
+			select {
+			case <-stalled:
+			case <-time.After(time.Until(deadline)):
+				return errors.New("the receiver never stalled")
+			}
+			if cur := m.out[0].cur; cur != 0 {
+				return fmt.Errorf("test set-up: the sender is in chunk %d, want 0", cur)
+			}
+			for ; ; i++ { // fill the stalled receiver's ring: it grows twice
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				ok, err := m.call(0, h, args[:], nil, Fail)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+			}
+			if g := m.Stats().Grows; g != 2 {
+				return fmt.Errorf("test set-up: %d grows, want 2", g)
+			}
+			total <- i
+			return nil
+		})
+}
+
+// TestFlushDeliversEveryCall (§4.4.2): the receiver stalls on purpose until
+// every sender has made all its calls — ovfl calls overflow into the local
+// queue, trad calls wait in a partly filled batch — then polls; Flush must
+// deliver every call, 1 → 1 and 2 → 1, over shm and tcp.
+func TestFlushDeliversEveryCall(t *testing.T) {
+	for _, mode := range []Mode{Trad, Ovfl} {
+		for _, tr := range []string{"shm", "tcp"} {
+			for _, senders := range []int{1, 2} {
+				name := fmt.Sprintf("%s-%s-%dto1", map[Mode]string{Trad: "trad", Ovfl: "ovfl"}[mode], tr, senders)
+				t.Run(name, func(t *testing.T) { flushDelivers(t, mode, tr, senders) })
+			}
+		}
+	}
+}
+
+func flushDelivers(t *testing.T, mode Mode, tr string, senders int) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
+	rule := "trad Flush must send the partly filled batch"
+	n := 250 // one full 4 KiB batch and a partial one: they fit the stalled ring
+	if mode == Ovfl {
+		rule = "ovfl Flush must send every call kept in the overflow queue"
+		n = 3000 // far more than the stalled ring holds
+	}
+	var seq sequence
+	var sent atomic.Int64 // senders done calling (a send-based service call)
+	var h, hSent dsfabric.HandlerID
+	job(t, senders+1, 1, tr, cfg, func(hs *dsfabric.Handlers) {
+		h, _ = hs.Register("seq", seq.handler)
+		hSent, _ = hs.Register("sent", func(c *dsfabric.Call, a []byte) ([]byte, error) { sent.Add(1); return nil, nil })
+	}, func(m *Messengers) error {
+		deadline := time.Now().Add(20 * time.Second)
+		if m.ID() == 0 {
+			for sent.Load() < int64(senders) { // stalled: no Poll
+				if time.Now().After(deadline) {
+					return errors.New("the senders never finished calling")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return awaitCalls(m, &seq, int64(senders*n), deadline, rule)
+		}
+		a, err := m.Aggregator(AggregatorConfig{Mode: mode, FlushSize: 4096})
+		if err != nil {
+			return err
+		}
+		var args [8]byte
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint64(args[:], uint64(i))
+			if err := a.Call(0, h, args[:]); err != nil {
+				return fmt.Errorf("call %d: %w", i, err)
+			}
+		}
+		if mode == Ovfl && a.Exceeding() == 0 {
+			return errors.New("test set-up: no call overflowed")
+		}
+		if err := m.f.CallService(m.ID(), 0, hSent, nil, nil); err != nil {
+			return err
+		}
+		return a.Flush()
+	})
+}
+
+// TestReplySealCarriesSequence (§4.4.3): a reply slot reused by the next
+// CallReturn still holds the previous reply; only a seal made with the new
+// call's sequence number completes the wait.
+func TestReplySealCarriesSequence(t *testing.T) {
+	var echo dsfabric.HandlerID
+	var stop atomic.Bool
+	twoThreads(t, DefaultConfig(), func(hs *dsfabric.Handlers) {
+		echo, _ = hs.Register("echo", func(c *dsfabric.Call, a []byte) ([]byte, error) { return a, nil })
+	},
+		func(m *Messengers) error { return serveUntil(m, &stop) },
+		func(m *Messengers) error {
+			defer stop.Store(true)
+			obj, err := m.NewRemoteObject(8)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for i := byte(1); i <= 50; i++ {
+				out, err := m.CallReturn(ctx, 0, echo, []byte{i}, obj)
+				if err != nil {
+					return err
+				}
+				if len(out) != 1 || out[0] != i {
+					return fmt.Errorf("call %d returned %v: a reply is complete only when its seal carries the call's sequence number", i, out)
+				}
+			}
+			return nil
+		})
+}

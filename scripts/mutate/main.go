@@ -1,0 +1,247 @@
+// Command mutate checks that the tests catch protocol bugs: it applies each
+// named mutation below, one at a time, to a scratch copy of the module, runs
+// the mutated package's tests with a time limit, and prints a table —
+// mutation, caught or survived, by which test, seconds. It exits non-zero
+// when a mutation survives, is caught only after -slow, or no longer
+// applies (the code it changes moved: update the table).
+//
+//	go run ./scripts/mutate [-only NAME,...] [-md FILE]
+//
+// make mutate runs it.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// mutation is one deliberate bug: Old, which must occur exactly once in
+// File, becomes New.
+type mutation struct {
+	Name, Rule string // Rule: what the protocol requires, in a few words
+	File       string
+	Old, New   string
+	Pkg        string // the package whose tests must catch it
+	// Focus names the tests written for this rule (a -run pattern): they
+	// run first; when they pass, the whole package runs.
+	Focus string
+}
+
+var mutations = []mutation{
+	{Name: "transmitter-completed", Focus: "TestTransmitterCompletedIsFMinusOne|TestTransmitterRecyclingRule", Rule: "Completed is F−1: memory tagged f is free once F ≥ f+2",
+		File: "dtutils/transmitter.go", Pkg: "./dtutils",
+		Old: "\t\treturn f - 1\n", New: "\t\treturn f\n"},
+	{Name: "transmitter-flush", Focus: "TestTransmitterRecyclingRule", Rule: "Flush advances the flush number twice",
+		File: "dtutils/transmitter.go", Pkg: "./dtutils",
+		Old: "target := t.flushed.Load() + 2", New: "target := t.flushed.Load() + 1"},
+	{Name: "flush-numbering", Focus: "TestTransmitterHammer|TestTransmitterSignalsSelectively", Rule: "an operation whose group is past F is signaled",
+		File: "dtutils/transmitter.go", Pkg: "./dtutils",
+		Old: "advance := ticket/t.k > f", New: "advance := ticket/t.k > f+1"},
+	{Name: "tcp-write-length", Focus: "TestTCPMalformedFramesFromPeer", Rule: "a write frame's payload is its length",
+		File: "dtutils/wire.go", Pkg: "./dtutils",
+		Old: "\t\tif !resp {\n\t\t\twant = f.length\n", New: "\t\tif !resp {\n\t\t\twant = uint64(f.payload)\n"},
+	{Name: "key-check", Focus: "TestTransportSuite|TestTCPRandomAccessNeverEscapes", Rule: "every remote operation proves the region's key",
+		File: "alloc/registry.go", Pkg: "./dtutils",
+		Old: "if l.Key != r.key {", New: "if false && l.Key != r.key {"},
+	{Name: "bounds-check", Focus: "TestTransportSuite|TestTCPRandomAccessNeverEscapes", Rule: "every remote operation stays inside its region",
+		File: "alloc/registry.go", Pkg: "./dtutils",
+		Old: "if !checkRange(l.Offset, l.Length, uint64(len(r.mem))) {", New: "if false {"},
+	{Name: "shm-map-key", Focus: "TestTransportSuite|TestTransmitterFailure", Rule: "shm hands a region's memfd only for its key",
+		File: "dtutils/shm.go", Pkg: "./dtutils",
+		Old: "if !ok || r.Key() != key {", New: "if !ok || r.Key() != key && false {"},
+	{Name: "hotwait-spin", Focus: "TestHotWaitSpinsBeforeSleeping", Rule: "HotWait spins before it yields or sleeps",
+		File: "dtutils/backoff.go", Pkg: "./dtutils",
+		Old: "\tcase d < w.Spin:\n", New: "\tcase false:\n"},
+	{Name: "cq-doorbell", Focus: "TestCQWaiterWokenByDoorbell", Rule: "a completion wakes a waiter asleep on the doorbell",
+		File: "dtutils/cq.go", Pkg: "./dtutils",
+		Old: "\tif q.sleepers.Load() > 0 {\n\t\tselect {\n\t\tcase q.bell <- struct{}{}:", New: "\tif false {\n\t\tselect {\n\t\tcase q.bell <- struct{}{}:"},
+	{Name: "record-seal", Focus: "TestRecordRoundTrip|TestSealSeparatesNeighbours|FuzzRecordParse", Rule: "a record is complete only when its seal matches its header",
+		File: "riutils/wire.go", Pkg: "./riutils",
+		Old: "\tif seal != sealOf(h0, h1) {\n", New: "\tif seal == 0 {\n"},
+	{Name: "reply-seal", Focus: "TestReplySealCarriesSequence", Rule: "a reply is this call's only when its seal carries the call's sequence",
+		File: "riutils/remote.go", Pkg: "./riutils",
+		Old: "if word(obj.slot, end-recordSeal).Load() == sealOf(h0, obj.seq) {", New: "if word(obj.slot, end-recordSeal).Load() != 0 {"},
+	{Name: "feedback-off-by-one", Focus: "TestFeedbackAfterWrap", Rule: "feedback counts the chunks consumed, no more",
+		File: "riutils/recv.go", Pkg: "./riutils",
+		Old: "if err := r.feedback(r.consumed | r.request); err != nil {", New: "if err := r.feedback((r.consumed + 1) | r.request); err != nil {"},
+	{Name: "growth-at-end", Focus: "TestGrowthInTheMiddle", Rule: "grown chunks go after the current one, on both sides",
+		File: "riutils/recv.go", Pkg: "./riutils",
+		Old: "r.chunks = append(r.chunks[:r.cur+1], append(batch, r.chunks[r.cur+1:]...)...)", New: "r.chunks = append(r.chunks, batch...)"},
+	{Name: "trad-flush-holds-tail", Focus: "TestFlushDeliversEveryCall", Rule: "trad Flush sends a partly filled batch",
+		File: "riutils/aggregator.go", Pkg: "./riutils",
+		Old: "func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {\n\tif d.used == 0 {", New: "func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {\n\tif d.used < a.cfg.FlushSize/2 {"},
+	{Name: "ovfl-flush-keeps-last", Focus: "TestFlushDeliversEveryCall", Rule: "ovfl Flush sends every kept call",
+		File: "riutils/aggregator.go", Pkg: "./riutils",
+		Old: "\tfor len(d.queue) > 0 {\n\t\tmem := d.queue[0]", New: "\tfor len(d.queue) > 1 {\n\t\tmem := d.queue[0]"},
+	{Name: "riutils-callreturn-dead", Focus: "TestCallReturnCalleeKilled", Rule: "CallReturn fails when the callee's process dies",
+		File: "riutils/remote.go", Pkg: "./riutils",
+		Old: "\t\tif _, err := m.f.Transmitter(m.f.Names().Rank(dst)); err != nil {\n\t\t\treturn nil, err // the callee died", New: "\t\tif _, err := m.f.Transmitter(m.f.Names().Rank(dst)); false && err != nil {\n\t\t\treturn nil, err // the callee died"},
+	{Name: "dsfabric-callreturn-dead", Focus: "TestCallReturnCalleeKilled", Rule: "a death fails the calls waiting on that rank",
+		File: "dsfabric/fabric.go", Pkg: "./dsfabric",
+		Old: "\t\tif p.rank == r {\n\t\t\tif _, ok := f.pending.LoadAndDelete(id); ok {", New: "\t\tif false && p.rank == r {\n\t\t\tif _, ok := f.pending.LoadAndDelete(id); ok {"},
+}
+
+func main() {
+	only := flag.String("only", "", "comma-separated mutation names (default: all)")
+	md := flag.String("md", "", "also write the table as markdown to FILE")
+	limit := flag.Duration("limit", 90*time.Second, "time limit of one mutated test run")
+	slow := flag.Duration("slow", 60*time.Second, "a mutation caught later than this counts as a failure")
+	flag.Parse()
+	selected := mutations
+	if *only != "" {
+		selected = nil
+		for _, n := range strings.Split(*only, ",") {
+			for _, m := range mutations {
+				if m.Name == n {
+					selected = append(selected, m)
+				}
+			}
+		}
+	}
+	scratch, err := copyModule()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mutate:", err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(scratch)
+	type row struct {
+		m       mutation
+		verdict string
+		by      string
+		secs    float64
+	}
+	var rows []row
+	bad := 0
+	for _, m := range selected {
+		fmt.Fprintf(os.Stderr, "mutate: %s ... ", m.Name)
+		verdict, by, took := apply(scratch, m, *limit)
+		if verdict != "caught" || took > *slow {
+			bad++
+		}
+		fmt.Fprintf(os.Stderr, "%s %s (%.1f s)\n", verdict, by, took.Seconds())
+		rows = append(rows, row{m, verdict, by, took.Seconds()})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "mutation\tresult\tby\tseconds\t")
+	var b strings.Builder
+	b.WriteString("| mutation | the rule it breaks | result | caught by | seconds |\n|---|---|---|---|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t\n", r.m.Name, r.verdict, r.by, r.secs)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f |\n", r.m.Name, r.m.Rule, r.verdict, r.by, r.secs)
+	}
+	tw.Flush()
+	if *md != "" {
+		if err := os.WriteFile(*md, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "mutate:", err)
+			os.Exit(2)
+		}
+	}
+	if bad > 0 {
+		fmt.Fprintf(os.Stderr, "mutate: %d of %d mutations survived, no longer apply, or were caught after %v\n", bad, len(rows), *slow)
+		os.Exit(1)
+	}
+}
+
+// copyModule copies the files git knows (tracked, and untracked ones it
+// does not ignore) into a scratch directory.
+func copyModule() (string, error) {
+	out, err := exec.Command("git", "ls-files", "-co", "--exclude-standard").Output()
+	if err != nil {
+		return "", fmt.Errorf("listing files (run from the repository root): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "seriema-mutate-")
+	if err != nil {
+		return "", err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := sc.Text()
+		if strings.HasPrefix(f, "docs/img/") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted in the work tree
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+var failLine = regexp.MustCompile(`--- FAIL: (\S+)`)
+
+// apply mutates, tests and restores; it returns the verdict, what caught
+// the mutation and how long the test run took.
+func apply(scratch string, m mutation, limit time.Duration) (string, string, time.Duration) {
+	path := filepath.Join(scratch, m.File)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		return "stale", err.Error(), 0
+	}
+	if n := bytes.Count(orig, []byte(m.Old)); n != 1 {
+		return "stale", fmt.Sprintf("the code to mutate occurs %d times in %s", n, m.File), 0
+	}
+	if err := os.WriteFile(path, bytes.Replace(orig, []byte(m.Old), []byte(m.New), 1), 0o644); err != nil {
+		return "stale", err.Error(), 0
+	}
+	defer os.WriteFile(path, orig, 0o644)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var out bytes.Buffer
+	run := func(args ...string) error {
+		out.Reset()
+		cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-count=1", "-failfast", "-timeout", limit.String()}, args...)...)
+		cmd.Dir = scratch
+		cmd.Stdout, cmd.Stderr = &out, &out
+		return cmd.Run()
+	}
+	if m.Focus != "" {
+		err = run("-run", m.Focus, m.Pkg)
+	}
+	if err == nil {
+		err = run(m.Pkg)
+	}
+	took := time.Since(start)
+	if err == nil {
+		return "survived", "", took
+	}
+	switch {
+	case ctx.Err() != nil:
+		return "caught", "the time limit (no test failed first)", took
+	case bytes.Contains(out.Bytes(), []byte("[build failed]")), bytes.Contains(out.Bytes(), []byte("[setup failed]")):
+		return "invalid", "the mutated code does not build", took
+	}
+	var by []string
+	for _, l := range failLine.FindAllStringSubmatch(out.String(), -1) {
+		by = append(by, l[1])
+	}
+	if len(by) == 0 {
+		if bytes.Contains(out.Bytes(), []byte("panic:")) {
+			return "caught", "a panic", took
+		}
+		io.Copy(io.Discard, &out)
+		return "caught", "go test exit status", took
+	}
+	return "caught", by[len(by)-1], took
+}
