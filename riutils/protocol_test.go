@@ -58,7 +58,7 @@ func TestFeedbackAfterWrap(t *testing.T) {
 	n := 50 * 2 * perChunk
 	var seq sequence
 	var h dsfabric.HandlerID
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error { return awaitCalls(m, &seq, int64(n), deadline, rule) },
 		func(m *Messengers) error {
@@ -73,18 +73,80 @@ func TestFeedbackAfterWrap(t *testing.T) {
 		})
 }
 
+// TestFeedbackCountsConsumedChunks (§4.4.1), deterministic: with two
+// chunks and no growth, the receiver consumes chunk 0 and stalls half-way
+// through chunk 1. The sender may then finish chunk 1 and reuse chunk 0 —
+// three chunks' worth of calls — but not chunk 1, which is still being
+// read: with feedback one ahead it takes a fourth and overwrites it.
+func TestFeedbackCountsConsumedChunks(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	const rule = "feedback must count exactly the chunks consumed: the sender reused the chunk the receiver was still reading"
+	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
+	phase1 := perChunk + perChunk/2
+	var seq sequence
+	var h dsfabric.HandlerID
+	deadline := time.Now().Add(10 * time.Second)
+	stalled, total := make(chan struct{}), make(chan int, 1)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			if err := awaitCalls(m, &seq, int64(phase1), deadline, rule); err != nil {
+				return err
+			}
+			close(stalled)
+			var n int
+			select {
+			case n = <-total:
+			case <-time.After(time.Until(deadline)):
+				return errors.New("the sender never filled the stalled ring")
+			}
+			return awaitCalls(m, &seq, int64(n), deadline, rule)
+		},
+		func(m *Messengers) error {
+			var args [8]byte
+			i := 0
+			for ; i < phase1; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := callUntil(m, 0, h, args[:], deadline, rule); err != nil {
+					return err
+				}
+			}
+			select {
+			case <-stalled:
+			case <-time.After(time.Until(deadline)):
+				return errors.New("the receiver never stalled")
+			}
+			for ; ; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				ok, err := m.call(0, h, args[:], nil, Fail)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+			}
+			total <- i
+			if i != 3*perChunk {
+				return fmt.Errorf("the sender took %d calls before the stalled receiver's ring was full, want %d: %s", i, 3*perChunk, rule)
+			}
+			return nil
+		})
+}
+
 // TestGrowthInTheMiddle (§4.4.1): the sender grows its ring while its
-// current chunk is the first of three, not the last: the new chunks go
+// current chunk is the first of the ring, not the last: the new chunks go
 // right after the current one on both sides, so the rings stay symmetric
-// and every call arrives in order.
+// and every call arrives in order. The receiver stalls half-way through
+// chunk 1; the sender fills chunk 1, reuses the consumed chunk 0, and must
+// grow when chunk 1 is next.
 func TestGrowthInTheMiddle(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 6, Policy: Fail}
 	const rule = "grown chunks must be inserted right after the current chunk, the same way on both sides"
 	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
 	var seq sequence
 	var h dsfabric.HandlerID
-	deadline := time.Now().Add(20 * time.Second)
-	phase1 := 2*perChunk + perChunk/2 // the sender ends up in chunk 0, after wrapping once
+	deadline := time.Now().Add(10 * time.Second)
+	phase1 := perChunk + perChunk/2 // the receiver stalls in the middle of chunk 1
 	stalled, total := make(chan struct{}), make(chan int, 1)
 	var snd *Messengers
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
@@ -119,8 +181,8 @@ func TestGrowthInTheMiddle(t *testing.T) {
 			case <-time.After(time.Until(deadline)):
 				return errors.New("the receiver never stalled")
 			}
-			if cur := m.out[0].cur; cur != 0 {
-				return fmt.Errorf("test set-up: the sender is in chunk %d, want 0", cur)
+			if cur := m.out[0].cur; cur != 1 {
+				return fmt.Errorf("test set-up: the sender is in chunk %d, want 1", cur)
 			}
 			for ; ; i++ { // fill the stalled receiver's ring: it grows twice
 				binary.LittleEndian.PutUint64(args[:], uint64(i))
@@ -134,6 +196,9 @@ func TestGrowthInTheMiddle(t *testing.T) {
 			}
 			if g := m.Stats().Grows; g != 2 {
 				return fmt.Errorf("test set-up: %d grows, want 2", g)
+			}
+			if s := m.out[0]; len(s.chunks) != cfg.MaxChunks {
+				return fmt.Errorf("test set-up: %d chunks, want %d", len(s.chunks), cfg.MaxChunks)
 			}
 			total <- i
 			return nil
@@ -170,7 +235,7 @@ func flushDelivers(t *testing.T, mode Mode, tr string, senders int) {
 		h, _ = hs.Register("seq", seq.handler)
 		hSent, _ = hs.Register("sent", func(c *dsfabric.Call, a []byte) ([]byte, error) { sent.Add(1); return nil, nil })
 	}, func(m *Messengers) error {
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(10 * time.Second)
 		if m.ID() == 0 {
 			for sent.Load() < int64(senders) { // stalled: no Poll
 				if time.Now().After(deadline) {

@@ -73,7 +73,7 @@ var mutations = []mutation{
 	{Name: "reply-seal", Focus: "TestReplySealCarriesSequence", Rule: "a reply is this call's only when its seal carries the call's sequence",
 		File: "riutils/remote.go", Pkg: "./riutils",
 		Old: "if word(obj.slot, end-recordSeal).Load() == sealOf(h0, obj.seq) {", New: "if word(obj.slot, end-recordSeal).Load() != 0 {"},
-	{Name: "feedback-off-by-one", Focus: "TestFeedbackAfterWrap", Rule: "feedback counts the chunks consumed, no more",
+	{Name: "feedback-off-by-one", Focus: "TestFeedbackCountsConsumedChunks|TestFeedbackAfterWrap", Rule: "feedback counts the chunks consumed, no more",
 		File: "riutils/recv.go", Pkg: "./riutils",
 		Old: "if err := r.feedback(r.consumed | r.request); err != nil {", New: "if err := r.feedback((r.consumed + 1) | r.request); err != nil {"},
 	{Name: "growth-at-end", Focus: "TestGrowthInTheMiddle", Rule: "grown chunks go after the current one, on both sides",
