@@ -73,16 +73,13 @@ func TestFeedbackAfterWrap(t *testing.T) {
 		})
 }
 
-// TestFeedbackCountsConsumedChunks (§4.4.1), deterministic: with two
-// chunks and no growth, the receiver consumes chunk 0 and stalls half-way
-// through chunk 1. The sender may then finish chunk 1 and reuse chunk 0 —
-// three chunks' worth of calls — but not chunk 1, which is still being
-// read: with feedback one ahead it takes a fourth and overwrites it.
-func TestFeedbackCountsConsumedChunks(t *testing.T) {
-	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
-	const rule = "feedback must count exactly the chunks consumed: the sender reused the chunk the receiver was still reading"
-	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
-	phase1 := perChunk + perChunk/2
+// stallThenFill is the skeleton of the stalled-receiver tests: the sender
+// makes phase1 calls, which the receiver runs; the receiver then stops
+// polling; the sender calls (policy Fail) until the ring is full and
+// checks what it sees (filled gets the number of calls made in all); then
+// the receiver runs every call and checks what it sees (drained). Every
+// wait has the deadline, and failures name rule.
+func stallThenFill(t *testing.T, cfg Config, phase1 int, rule string, filled func(m *Messengers, total int) error, drained func(m *Messengers) error) {
 	var seq sequence
 	var h dsfabric.HandlerID
 	deadline := time.Now().Add(10 * time.Second)
@@ -92,14 +89,17 @@ func TestFeedbackCountsConsumedChunks(t *testing.T) {
 			if err := awaitCalls(m, &seq, int64(phase1), deadline, rule); err != nil {
 				return err
 			}
-			close(stalled)
+			close(stalled) // stop polling
 			var n int
 			select {
 			case n = <-total:
 			case <-time.After(time.Until(deadline)):
 				return errors.New("the sender never filled the stalled ring")
 			}
-			return awaitCalls(m, &seq, int64(n), deadline, rule)
+			if err := awaitCalls(m, &seq, int64(n), deadline, rule); err != nil {
+				return err
+			}
+			return drained(m)
 		},
 		func(m *Messengers) error {
 			var args [8]byte
@@ -125,12 +125,29 @@ func TestFeedbackCountsConsumedChunks(t *testing.T) {
 					break
 				}
 			}
+			err := filled(m, i) // before the hand-off: drained may read what it saw
 			total <- i
-			if i != 3*perChunk {
-				return fmt.Errorf("the sender took %d calls before the stalled receiver's ring was full, want %d: %s", i, 3*perChunk, rule)
+			return err
+		})
+}
+
+// TestFeedbackCountsConsumedChunks (§4.4.1), deterministic: with two
+// chunks and no growth, the receiver consumes chunk 0 and stalls half-way
+// through chunk 1. The sender may then finish chunk 1 and reuse chunk 0 —
+// three chunks' worth of calls — but not chunk 1, which is still being
+// read: with feedback one ahead it takes a fourth and overwrites it.
+func TestFeedbackCountsConsumedChunks(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	const rule = "feedback must count exactly the chunks consumed: the sender reused the chunk the receiver was still reading"
+	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
+	stallThenFill(t, cfg, perChunk+perChunk/2, rule,
+		func(m *Messengers, total int) error {
+			if total != 3*perChunk {
+				return fmt.Errorf("the sender took %d calls before the stalled receiver's ring was full, want %d: %s", total, 3*perChunk, rule)
 			}
 			return nil
-		})
+		},
+		func(m *Messengers) error { return nil })
 }
 
 // TestGrowthInTheMiddle (§4.4.1): the sender grows its ring while its
@@ -143,66 +160,19 @@ func TestGrowthInTheMiddle(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 6, Policy: Fail}
 	const rule = "grown chunks must be inserted right after the current chunk, the same way on both sides"
 	perChunk := (cfg.ChunkSize - recordsStart) / recordSize(8)
-	var seq sequence
-	var h dsfabric.HandlerID
-	deadline := time.Now().Add(10 * time.Second)
-	phase1 := perChunk + perChunk/2 // the receiver stalls in the middle of chunk 1
-	stalled, total := make(chan struct{}), make(chan int, 1)
 	var snd *Messengers
-	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		func(m *Messengers) error {
-			if err := awaitCalls(m, &seq, int64(phase1), deadline, rule); err != nil {
-				return err
-			}
-			close(stalled) // stop polling: the sender must grow
-			var n int
-			select {
-			case n = <-total:
-			case <-time.After(time.Until(deadline)):
-				return errors.New("the sender never filled the stalled ring")
-			}
-			if err := awaitCalls(m, &seq, int64(n), deadline, rule); err != nil {
-				return err
-			}
-			return ringsSymmetric(snd.out[0], m.rx.in[0])
-		},
-		func(m *Messengers) error {
+	stallThenFill(t, cfg, perChunk+perChunk/2, rule,
+		func(m *Messengers, total int) error {
 			snd = m
-			var args [8]byte
-			i := 0
-			for ; i < phase1; i++ {
-				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				if err := callUntil(m, 0, h, args[:], deadline, rule); err != nil {
-					return err
-				}
-			}
-			select {
-			case <-stalled:
-			case <-time.After(time.Until(deadline)):
-				return errors.New("the receiver never stalled")
-			}
-			if cur := m.out[0].cur; cur != 1 {
-				return fmt.Errorf("test set-up: the sender is in chunk %d, want 1", cur)
-			}
-			for ; ; i++ { // fill the stalled receiver's ring: it grows twice
-				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				ok, err := m.call(0, h, args[:], nil, Fail)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-			}
 			if g := m.Stats().Grows; g != 2 {
 				return fmt.Errorf("test set-up: %d grows, want 2", g)
 			}
 			if s := m.out[0]; len(s.chunks) != cfg.MaxChunks {
 				return fmt.Errorf("test set-up: %d chunks, want %d", len(s.chunks), cfg.MaxChunks)
 			}
-			total <- i
 			return nil
-		})
+		},
+		func(m *Messengers) error { return ringsSymmetric(snd.out[0], m.rx.in[0]) })
 }
 
 // TestFlushDeliversEveryCall (§4.4.2): the receiver stalls on purpose until
