@@ -372,14 +372,9 @@ func dialCoord(ctx context.Context, l launch, deadline time.Time) (net.Conn, err
 // join says hello and returns the machine table.
 func (c *client) join(l launch, deadline time.Time) ([]member, error) {
 	h := hello{rank: uint32(l.rank), size: uint32(l.size), token: []byte(l.token), machine: machineID(), probe: c.f.probe}
-	if err := writeFrame(c.conn, h.encode()); err != nil {
-		return nil, fmt.Errorf("%w: hello: %v", ErrBootstrap, err)
-	}
-	c.conn.SetReadDeadline(deadline)
-	defer c.conn.SetReadDeadline(time.Time{})
-	b, err := readFrame(c.conn)
+	b, err := c.ask(h.encode(), "hello", "the table from rank 0", deadline)
 	if err != nil {
-		return nil, fmt.Errorf("%w: waiting for the table from rank 0: %v", ErrBootstrap, err)
+		return nil, err
 	}
 	if b[0] == msgRefused {
 		r := rbuf{b: b[1:]}
@@ -391,29 +386,34 @@ func (c *client) join(l launch, deadline time.Time) ([]member, error) {
 // plan sends the ranks whose shm probe passed and returns the peers to
 // use shm with (see coordinator.plan).
 func (c *client) plan(reach []int, size int, deadline time.Time) ([]int, error) {
-	if err := c.send(encodeRanks(msgReach, reach)); err != nil {
-		return nil, fmt.Errorf("%w: sending shm probes: %v", ErrBootstrap, err)
-	}
-	c.conn.SetReadDeadline(deadline)
-	defer c.conn.SetReadDeadline(time.Time{})
-	b, err := readFrame(c.conn)
+	b, err := c.ask(encodeRanks(msgReach, reach), "sending shm probes", "the transport plan", deadline)
 	if err != nil {
-		return nil, fmt.Errorf("%w: waiting for the transport plan: %v", ErrBootstrap, err)
+		return nil, err
 	}
 	return decodeRanks(b, msgPlan, size)
 }
 
 func (c *client) exchange(own []epEntry, size int, deadline time.Time) ([]epEntry, error) {
-	if err := c.send(encodeEndpoints(msgEndpoints, own)); err != nil {
-		return nil, fmt.Errorf("%w: sending endpoints: %v", ErrBootstrap, err)
+	b, err := c.ask(encodeEndpoints(msgEndpoints, own), "sending endpoints", "peers' endpoints", deadline)
+	if err != nil {
+		return nil, err
+	}
+	return decodeEndpoints(b, msgPeers, size)
+}
+
+// ask is one bootstrap step: send msg to rank 0, then read its answer by
+// deadline. sending and awaited name the two halves in errors.
+func (c *client) ask(msg []byte, sending, awaited string, deadline time.Time) ([]byte, error) {
+	if err := c.send(msg); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBootstrap, sending, err)
 	}
 	c.conn.SetReadDeadline(deadline)
 	defer c.conn.SetReadDeadline(time.Time{})
 	b, err := readFrame(c.conn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: waiting for peers' endpoints: %v", ErrBootstrap, err)
+		return nil, fmt.Errorf("%w: waiting for %s: %v", ErrBootstrap, awaited, err)
 	}
-	return decodeEndpoints(b, msgPeers, size)
+	return b, nil
 }
 
 func (c *client) send(msg []byte) error {

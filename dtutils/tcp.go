@@ -400,6 +400,20 @@ func (q *tcpQP) takeOutput() bool {
 	return len(q.wbuf) > 0
 }
 
+// sysIO is one non-blocking write (or read) on the socket, which fdmu keeps
+// from being closed under it.
+func (q *tcpQP) sysIO(write bool, b []byte) (int, error) {
+	q.fdmu.RLock()
+	defer q.fdmu.RUnlock()
+	switch {
+	case q.fdClosed:
+		return 0, net.ErrClosed
+	case write:
+		return unix.Write(q.fd, b)
+	}
+	return unix.Read(q.fd, b)
+}
+
 // pendingOutput reports whether frames wait to be written.
 func (q *tcpQP) pendingOutput() bool { return q.outN.Load() > 0 || q.wleft.Load() > 0 }
 
@@ -413,13 +427,7 @@ func (q *tcpQP) flush() bool {
 		var err error
 		for err == nil && q.takeOutput() {
 			var n int
-			q.fdmu.RLock()
-			if q.fdClosed {
-				n, err = 0, net.ErrClosed
-			} else {
-				n, err = unix.Write(q.fd, q.wbuf[q.wpos:])
-			}
-			q.fdmu.RUnlock()
+			n, err = q.sysIO(true, q.wbuf[q.wpos:])
 			if n > 0 {
 				q.wpos += n
 				did = true
@@ -515,7 +523,6 @@ func (q *tcpQP) engine() {
 		q.watching.Store(true)
 		mark, since := calls.Load(), time.Now()
 		for {
-			q.flush()
 			q.rx.mu.Lock()
 			_, err := q.drain(0)
 			q.rx.mu.Unlock()
@@ -524,7 +531,7 @@ func (q *tcpQP) engine() {
 				q.fail(err)
 				return
 			}
-			q.flush()
+			q.flush() // what posters queued, and the responses drain queued
 			pfd[0].Events = unix.POLLIN
 			if q.pendingOutput() {
 				pfd[0].Events |= unix.POLLOUT
@@ -605,14 +612,7 @@ func (q *tcpQP) drain(reads int) (bool, error) {
 			return did, nil
 		}
 		q.makeRoom()
-		var n int
-		q.fdmu.RLock()
-		if q.fdClosed {
-			n, err = 0, net.ErrClosed
-		} else {
-			n, err = unix.Read(q.fd, rx.buf[rx.w:])
-		}
-		q.fdmu.RUnlock()
+		n, err := q.sysIO(false, rx.buf[rx.w:])
 		switch {
 		case err == unix.EINTR:
 			continue

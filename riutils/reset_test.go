@@ -31,6 +31,52 @@ func TestTCPResetMidStream(t *testing.T) {
 		ran.Add(1)
 		return nil, nil
 	})
+	f, err := dyingJob(t, "tcp", h, func(w *dsfabric.Worker, m *Messengers) error {
+		if w.Fabric().Rank() == 1 {
+			buf := make([]byte, 48<<10)
+			for i := 0; ; i++ {
+				for j := range buf {
+					buf[j] = byte(i + j*7)
+				}
+				if err := m.CallBuffer(0, hBig, binary.LittleEndian.AppendUint32(nil, crc32.ChecksumIEEE(buf)), buf); err != nil {
+					return err
+				}
+				if i == 300 {
+					syscall.Kill(os.Getpid(), syscall.SIGKILL) // mid-stream: frames still in flight
+				}
+			}
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for w.Fabric().DeadErr() == nil {
+			if m.Poll() == 0 && time.Now().After(deadline) {
+				return errors.New("the sender's death was not noticed within 60 s")
+			}
+		}
+		for i := 0; i < 100; i++ {
+			m.Poll() // whatever arrived before the reset
+		}
+		if err := m.Call(1, hBig, make([]byte, 4)); !errors.Is(err, dsfabric.ErrRankDead) {
+			return errors.New("a call to the dead rank gave " + errString(err))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n == 0 || bad.Load() != 0 {
+		t.Errorf("%d calls ran, %d of them corrupted", n, bad.Load())
+	}
+	if err := f.Close(); err == nil || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("Close: %v, want an error naming rank 1", err)
+	}
+}
+
+// dyingJob runs body on the one worker of each rank of a two-process job
+// over transport tr, in which rank 1 is expected to die, and returns the
+// fabric (for the test to close) and the first result a body returned —
+// in rank 0, whose body must return; rank 1's process dies before.
+func dyingJob(t *testing.T, tr string, h *dsfabric.Handlers, body func(w *dsfabric.Worker, m *Messengers) error) (*dsfabric.Fabric, error) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Logger = quiet
 	p, err := NewProcess(h, cfg)
@@ -38,47 +84,16 @@ func TestTCPResetMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := make(chan struct{})
-	result := make(chan error, 1)
+	result := make(chan error, 2)
 	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
-		Procs: 2, Transport: "tcp", Handlers: h, Args: jobtest.RunArgs(t), Logger: quiet,
+		Procs: 2, Transport: tr, Handlers: h, Args: jobtest.RunArgs(t), Logger: quiet,
 		Worker: func(w *dsfabric.Worker) {
 			<-start
 			m, err := p.Messengers(0)
-			if err != nil {
-				result <- err
-				return
+			if err == nil {
+				err = body(w, m)
 			}
-			if w.Fabric().Rank() == 1 {
-				buf := make([]byte, 48<<10)
-				for i := 0; ; i++ {
-					for j := range buf {
-						buf[j] = byte(i + j*7)
-					}
-					if err := m.CallBuffer(0, hBig, binary.LittleEndian.AppendUint32(nil, crc32.ChecksumIEEE(buf)), buf); err != nil {
-						result <- err
-						return
-					}
-					if i == 300 {
-						syscall.Kill(os.Getpid(), syscall.SIGKILL) // mid-stream: frames still in flight
-					}
-				}
-			}
-			deadline := time.Now().Add(60 * time.Second)
-			for w.Fabric().DeadErr() == nil {
-				if m.Poll() == 0 && time.Now().After(deadline) {
-					result <- errors.New("the sender's death was not noticed within 60 s")
-					return
-				}
-			}
-			for i := 0; i < 100; i++ {
-				m.Poll() // whatever arrived before the reset
-			}
-			err = m.Call(1, hBig, make([]byte, 4))
-			if !errors.Is(err, dsfabric.ErrRankDead) {
-				result <- errors.New("a call to the dead rank gave " + errString(err))
-				return
-			}
-			result <- nil
+			result <- err
 		},
 	})
 	if err != nil {
@@ -88,15 +103,7 @@ func TestTCPResetMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(start)
-	if err := <-result; err != nil {
-		t.Fatal(err)
-	}
-	if n := ran.Load(); n == 0 || bad.Load() != 0 {
-		t.Errorf("%d calls ran, %d of them corrupted", n, bad.Load())
-	}
-	if err := f.Close(); err == nil || !strings.Contains(err.Error(), "rank 1") {
-		t.Errorf("Close: %v, want an error naming rank 1", err)
-	}
+	return f, <-result
 }
 
 func errString(err error) string {
