@@ -595,7 +595,7 @@ func TestRegistryResolve(t *testing.T) {
 }
 
 func TestLocatorRoundTrip(t *testing.T) {
-	l := Locator{Process: 3, Region: 9, Offset: 1 << 40, Length: 4096, Key: 0xdeadbeefcafef00d}
+	l := Locator{RegionRef: RegionRef{Process: 3, Region: 9}, Offset: 1 << 40, Length: 4096, Key: 0xdeadbeefcafef00d}
 	b, _ := l.MarshalBinary()
 	if len(b) != LocatorSize {
 		t.Fatalf("encoded %d bytes", len(b))
@@ -621,7 +621,7 @@ func TestLocatorRoundTrip(t *testing.T) {
 }
 
 func FuzzLocatorDecode(f *testing.F) {
-	good, _ := Locator{Process: 1, Region: 2, Offset: 3, Length: 4, Key: 5}.MarshalBinary()
+	good, _ := Locator{RegionRef: RegionRef{Process: 1, Region: 2}, Offset: 3, Length: 4, Key: 5}.MarshalBinary()
 	f.Add(good)
 	f.Add(make([]byte, LocatorSize))
 	f.Add([]byte{1, 2, 3})
@@ -642,4 +642,50 @@ func FuzzLocatorDecode(f *testing.F) {
 			t.Fatalf("re-encoding differs: % x vs % x", again, b)
 		}
 	})
+}
+
+// TestHandoutSliceKeepsItsSlot: a slice of a segment settles the segment
+// (Memory packs the slot beside the length), and a settled slice of one
+// segment does not settle its neighbour.
+func TestHandoutSliceKeepsItsSlot(t *testing.T) {
+	_, z := newZone(t, 8<<20, 64<<10)
+	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 1, MaxUnits: 1, Align: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := lc.Alloc(128)
+	b, _ := lc.Alloc(128)
+	sa, err := a.Slice(8, 16)
+	if err != nil || sa.Len() != 16 || sa.Offset() != a.Offset()+8 {
+		t.Fatalf("Slice = %d bytes at %d, %v", sa.Len(), sa.Offset(), err)
+	}
+	sa.Done()
+	sa.Done() // twice is harmless
+	if a.Reusable() {
+		t.Fatal("unit reusable while segment b was neither tagged nor done")
+	}
+	sb, _ := b.Slice(0, 128)
+	sb.Done()
+	if !a.Reusable() {
+		t.Fatal("unit not reusable after both segments were settled through slices")
+	}
+	if m, err := lc.Alloc(8); err != nil || m.Offset() != a.Offset() {
+		t.Fatalf("reuse: %v at %d, want %d", err, m.Offset(), a.Offset())
+	}
+}
+
+// TestCircularConfigLimits: the documented bounds of UnitSize.
+func TestCircularConfigLimits(t *testing.T) {
+	for _, c := range []CircularConfig{
+		{UnitSize: 1 << 40, InitialUnits: 1, MaxUnits: 1, Align: 8},
+		{UnitSize: 1 << 24, InitialUnits: 1, MaxUnits: 1, Align: 1},
+	} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("UnitSize %d Align %d accepted: %v", c.UnitSize, c.Align, err)
+		}
+	}
+	ok := CircularConfig{UnitSize: 1<<24 - 1, InitialUnits: 1, MaxUnits: 1, Align: 1}
+	if err := ok.VerifyConfig(); err != nil {
+		t.Errorf("largest unit refused: %v", err)
+	}
 }

@@ -23,7 +23,8 @@ const (
 // CircularConfig configures Circular and LinearCircular.
 type CircularConfig struct {
 	// UnitSize is the size of one unit in bytes. Default 64 KiB; must be a
-	// positive multiple of Align.
+	// positive multiple of Align, below 1 TiB and below 2^24 × Align (a
+	// unit holds at most 2^24 segments).
 	UnitSize int
 	// InitialUnits is the number of units allocated at creation, and the
 	// step of Linear growth. Default 4.
@@ -51,6 +52,8 @@ func (c CircularConfig) VerifyConfig() error {
 		return fmt.Errorf("%w: Align %d must be a power of two", ErrBadConfig, c.Align)
 	case c.UnitSize <= 0 || c.UnitSize%c.Align != 0:
 		return fmt.Errorf("%w: UnitSize %d must be a positive multiple of Align %d", ErrBadConfig, c.UnitSize, c.Align)
+	case uint64(c.UnitSize) > lenMask || c.UnitSize/c.Align >= maxSlots:
+		return fmt.Errorf("%w: UnitSize %d must be below %d bytes and %d × Align", ErrBadConfig, c.UnitSize, uint64(lenMask)+1, maxSlots)
 	case c.InitialUnits <= 0:
 		return fmt.Errorf("%w: InitialUnits %d must be positive", ErrBadConfig, c.InitialUnits)
 	case c.MaxUnits < c.InitialUnits:
@@ -138,7 +141,7 @@ func (c *Circular) grow(k int) error {
 	}
 	fresh := make([]*unit, k)
 	for i := range fresh {
-		fresh[i] = newUnit(Memory{region: m.region, off: m.off + i*c.cfg.UnitSize, n: c.cfg.UnitSize}, c.slots)
+		fresh[i] = newUnit(Memory{region: m.region, off: m.off + i*c.cfg.UnitSize, n: uint64(c.cfg.UnitSize)}, c.slots)
 	}
 	ring := make([]*unit, 0, len(c.ring)+k)
 	ring = append(ring, c.ring[:c.cur]...)

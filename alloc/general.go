@@ -119,8 +119,8 @@ func (g *General) Alloc(n int) (Memory, error) {
 		if err != nil {
 			return Memory{}, fmt.Errorf("alloc: general allocator chunk: %w", err)
 		}
-		g.taken += int64(m.n)
-		g.chunks = append(g.chunks, &gchunk{mem: m, free: []extent{{0, m.n}}})
+		g.taken += int64(m.Len())
+		g.chunks = append(g.chunks, &gchunk{mem: m, free: []extent{{0, m.Len()}}})
 		ci, ei = len(g.chunks)-1, 0
 	}
 	c := g.chunks[ci]
@@ -131,7 +131,7 @@ func (g *General) Alloc(n int) (Memory, error) {
 	if e.n == 0 {
 		c.free = append(c.free[:ei], c.free[ei+1:]...)
 	}
-	m := Memory{region: c.mem.region, off: c.mem.off + off, n: n}
+	m := Memory{region: c.mem.region, off: c.mem.off + off, n: uint64(n)}
 	g.used[blockKey{m.region, m.off}] = size
 	g.inUse += int64(size)
 	return m, nil
@@ -164,10 +164,10 @@ func (g *General) Free(m Memory) error {
 	k := blockKey{m.region, m.off}
 	size, ok := g.used[k]
 	if !ok {
-		return fmt.Errorf("%w: %d bytes at offset %d", ErrNotAllocated, m.n, m.off)
+		return fmt.Errorf("%w: %d bytes at offset %d", ErrNotAllocated, m.Len(), m.off)
 	}
 	for _, c := range g.chunks {
-		if c.mem.region != m.region || m.off < c.mem.off || m.off >= c.mem.off+c.mem.n {
+		if c.mem.region != m.region || m.off < c.mem.off || m.off >= c.mem.off+c.mem.Len() {
 			continue
 		}
 		delete(g.used, k)

@@ -121,7 +121,7 @@ func (r *Region) Locator(off, n int) (Locator, error) {
 	if off < 0 || n < 0 || !checkRange(uint64(off), uint64(n), uint64(len(r.mem))) {
 		return Locator{}, fmt.Errorf("%w: [%d,+%d) of region %d (%d bytes)", ErrOutOfRange, off, n, r.id, len(r.mem))
 	}
-	return Locator{Process: r.reg.process, Region: r.id, Offset: uint64(off), Length: uint64(n), Key: r.key}, nil
+	return Locator{RegionRef: RegionRef{Process: r.reg.process, Region: r.id}, Offset: uint64(off), Length: uint64(n), Key: r.key}, nil
 }
 
 // Memory returns a view of [off, off+n) of the region with no recycling state.
@@ -129,7 +129,7 @@ func (r *Region) Memory(off, n int) (Memory, error) {
 	if off < 0 || n < 0 || !checkRange(uint64(off), uint64(n), uint64(len(r.mem))) {
 		return Memory{}, fmt.Errorf("%w: [%d,+%d) of region %d (%d bytes)", ErrOutOfRange, off, n, r.id, len(r.mem))
 	}
-	return Memory{region: r, off: off, n: n}, nil
+	return Memory{region: r, off: off, n: uint64(n)}, nil
 }
 
 // close unmaps and closes the memfd; further use of Bytes is invalid.

@@ -109,7 +109,7 @@ func (z *ZoneAllocator) Alloc(size int) (Memory, error) {
 		if err != nil {
 			return Memory{}, err
 		}
-		return Memory{region: r, off: int(start % sup), n: int(n)}, nil
+		return Memory{region: r, off: int(start % sup), n: n}, nil
 	}
 }
 
@@ -152,7 +152,7 @@ func (z *ZoneAllocator) allocLarge(n int) (Memory, error) {
 	z.large = append(z.large, r)
 	z.mu.Unlock()
 	z.largeBytes.Add(int64(n))
-	return Memory{region: r, off: 0, n: n}, nil
+	return Memory{region: r, off: 0, n: uint64(n)}, nil
 }
 
 // ZoneStats describes a zone's use.

@@ -37,14 +37,14 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 		if !ok {
 			return StatusRemoteAccess, 0
 		}
-		publish(dst, in)
+		Publish(dst, in)
 		return StatusSuccess, len(in)
 	case OpRead:
 		s, ok := remoteMem()
 		if !ok {
 			return StatusRemoteAccess, 0
 		}
-		publish(out, s)
+		Publish(out, s)
 		return StatusSuccess, len(s)
 	case OpFetchAdd, OpCompareSwap:
 		w, ok := remoteMem()
@@ -77,7 +77,7 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 		if op == OpWriteImm {
 			c.Op = OpRecvImm
 			if dst, ok := remoteMem(); ok {
-				publish(dst, in)
+				Publish(dst, in)
 			} else {
 				st = StatusRemoteAccess
 			}
@@ -104,16 +104,22 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 	return StatusRemoteAccess, 0
 }
 
-// publish copies src into dst following the visibility contract of
+// Publish copies src into dst following the visibility contract of
 // DESIGN.md §4: when the copy ends on an 8-byte boundary, its last word is
-// stored last, atomically (release), so a reader that sees it (acquire) sees
-// every byte before it. Records seal themselves with that word.
-func publish(dst, src []byte) {
+// stored last, atomically with release semantics, so a reader that sees it
+// (an acquire load: sync/atomic's Load) sees every byte before it. Records
+// seal themselves with that word. It is what every one-sided write here
+// does to land; programs that fill shared memory themselves (the limit
+// benchmark's ring) use it so that both seal the same way.
+func Publish(dst, src []byte) {
 	n := len(src)
+	if n > len(dst) {
+		panic("dtutils: Publish into a shorter slice")
+	}
 	if n >= 8 && (uintptr(unsafe.Pointer(&dst[0]))+uintptr(n))%8 == 0 {
 		copy(dst[:n-8], src[:n-8])
 		w := *(*uint64)(unsafe.Pointer(&src[n-8])) // native order: bytes move unchanged
-		(*atomic.Uint64)(unsafe.Pointer(&dst[n-8])).Store(w)
+		storeRelease(unsafe.Pointer(&dst[n-8]), w)
 		return
 	}
 	copy(dst, src)
@@ -126,7 +132,7 @@ type localTarget struct{ p *Process }
 func (t localTarget) rank() uint32 { return t.p.cfg.Rank }
 
 func (t localTarget) mem(region uint32, key, off, n uint64) ([]byte, bool) {
-	b, err := t.p.reg.Resolve(alloc.Locator{Process: t.p.cfg.Rank, Region: region, Offset: off, Length: n, Key: key})
+	b, err := t.p.reg.Resolve(alloc.Locator{RegionRef: alloc.RegionRef{Process: t.p.cfg.Rank, Region: region}, Offset: off, Length: n, Key: key})
 	return b, err == nil
 }
 

@@ -194,7 +194,9 @@ func peerMain(spec string) int {
 				}
 				b.Wait()
 			}
-			for j := 0; j < n-8; j++ {
+			// Last byte first: a copy runs forwards, so the bytes next to
+			// the seal are the last to land when the order is wrong.
+			for j := n - 9; j >= 0; j-- {
 				if mine[off+j] != byte(i*7+j) {
 					return fail("record %d: byte %d read %d after its seal, want %d", i, j, mine[off+j], byte(i*7+j))
 				}

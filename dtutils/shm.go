@@ -311,11 +311,30 @@ type shmPeer struct {
 	regions *xsync.MapOf[uint32, *shmMapping]
 	rs      receiveSide
 	gone    atomic.Bool
+	last    atomic.Pointer[shmMapping] // the region written last (syncQP.writeUnsignaled)
 }
 
 type shmMapping struct {
 	mem []byte
 	key uint64
+	id  uint32
+}
+
+// lookup returns region's mapping, mapping it on first use, if key is
+// its key, and caches it as the last one used; nil otherwise.
+func (p *shmPeer) lookup(region uint32, key uint64) *shmMapping {
+	m, ok := p.regions.Load(region)
+	if !ok {
+		var err error
+		if m, err = p.fetch(region, key); err != nil {
+			return nil
+		}
+	}
+	if m.key != key {
+		return nil
+	}
+	p.last.Store(m)
+	return m
 }
 
 func (p *shmPeer) rank() uint32          { return p.r }
@@ -376,13 +395,14 @@ func (p *shmPeer) fetch(region uint32, key uint64) (*shmMapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &shmMapping{mem: mem, key: key}
+	m := &shmMapping{mem: mem, key: key, id: region}
 	p.regions.Store(region, m)
 	return m, nil
 }
 
 func (p *shmPeer) close() {
 	p.gone.Store(true)
+	p.last.Store(nil)
 	p.ctl.Close()
 	p.regions.Range(func(_ uint32, m *shmMapping) bool {
 		alloc.Unmap(m.mem)

@@ -3,6 +3,8 @@ package dtutils
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/seriema-go/seriema/alloc"
 )
 
 // syncPeer is the remote side as seen by a synchronous queue pair: a target
@@ -22,7 +24,8 @@ type syncQP struct {
 	acct     sqAccount
 	cq       *memCQ
 	peer     atomic.Pointer[syncPeer]
-	peerGone atomic.Bool // the peer queue pair closed (transports that can tell)
+	shm      atomic.Pointer[shmPeer] // the peer, when it is one (writeUnsignaled)
+	peerGone atomic.Bool             // the peer queue pair closed (transports that can tell)
 	closed   atomic.Bool
 }
 
@@ -38,7 +41,12 @@ func (q *syncQP) Endpoint() []byte    { return q.ep.marshal() }
 func (q *syncQP) CQ() CompletionQueue { return q.cq }
 func (q *syncQP) Outstanding() int    { return q.acct.outstanding() }
 func (q *syncQP) Close() error        { q.closed.Store(true); return nil }
-func (q *syncQP) setPeer(p syncPeer)  { q.peer.Store(&p) }
+func (q *syncQP) setPeer(p syncPeer) {
+	if sp, ok := p.(*shmPeer); ok {
+		q.shm.Store(sp)
+	}
+	q.peer.Store(&p)
+}
 func (q *syncQP) PeerRank() uint32 {
 	if p := q.peer.Load(); p != nil {
 		return (*p).rank()
@@ -83,4 +91,31 @@ func (q *syncQP) Post(wr WorkRequest) error {
 		q.cq.push(Completion{WRID: wr.WRID, Op: wr.Op, Status: st, Bytes: n, retire: snap, hasRet: wr.Signaled})
 	}
 	return nil
+}
+
+// writeNow is the Transmitter's hot path for a write over shm: a bounds
+// check against a cached mapping, then the copy and its seal. The write has
+// completed when it returns, like every operation here, so there is nothing
+// to account for, signal or retire: the Transmitter needs no ticket for it.
+// It reports false, having done nothing, when the write needs Post (an
+// error to report in order, a region not mapped yet, another transport).
+func (q *syncQP) writeNow(src []byte, remote alloc.Locator) bool {
+	sp := q.shm.Load()
+	n := uint64(len(src))
+	if sp == nil || q.closed.Load() || q.peerGone.Load() || sp.gone.Load() ||
+		remote.Process != sp.r || n != remote.Length || len(src) > q.proc.cfg.MaxTransfer {
+		return false
+	}
+	m := sp.last.Load()
+	if m == nil || m.id != remote.Region || m.key != remote.Key {
+		if m = sp.lookup(remote.Region, remote.Key); m == nil {
+			return false
+		}
+	}
+	off := remote.Offset
+	if off > uint64(len(m.mem)) || n > uint64(len(m.mem))-off {
+		return false
+	}
+	Publish(m.mem[off:off+n:off+n], src)
+	return true
 }

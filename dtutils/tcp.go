@@ -781,7 +781,7 @@ func streamCopy(dst []byte, at int, src []byte, w *[8]byte) {
 
 func streamDone(dst []byte, w *[8]byte) {
 	if publishesWord(dst) {
-		publish(dst[len(dst)-8:], w[:])
+		Publish(dst[len(dst)-8:], w[:])
 	}
 }
 
@@ -797,7 +797,7 @@ func publishesWord(dst []byte) bool {
 func (q *tcpQP) request(f frame, in []byte) error {
 	rx := &q.rx
 	op := Op(f.op)
-	loc := alloc.Locator{Process: q.prov.proc.cfg.Rank, Region: f.region, Offset: f.off, Length: f.length, Key: f.key}
+	loc := alloc.Locator{RegionRef: alloc.RegionRef{Process: q.prov.proc.cfg.Rank, Region: f.region}, Offset: f.off, Length: f.length, Key: f.key}
 	need := 0
 	switch op {
 	case OpRead:
@@ -862,7 +862,7 @@ func (q *tcpQP) response(f frame, data []byte) error {
 		if len(dst) != len(data) {
 			return fmt.Errorf("%w: rank %d answered %d bytes for a %d-byte buffer", ErrConnectionLost, q.peerRank, len(data), len(dst))
 		}
-		publish(dst, data)
+		Publish(dst, data)
 	}
 	q.complete(Completion{WRID: p.wrid, Op: op, Status: f.status, Bytes: int(f.length), retire: p.retire, hasRet: p.signaled}, true)
 	return nil

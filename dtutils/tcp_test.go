@@ -418,7 +418,7 @@ func TestTCPMalformedFramesFromPeer(t *testing.T) {
 			fill(p.b.buf.Bytes(), 9)
 			before := append([]byte(nil), p.b.buf.Bytes()...)
 			// An operation of q's own, pending until the peer answers.
-			if err := p.q.Post(WorkRequest{Op: OpFetchAdd, Local: p.b.mem(t, 64, 8), Remote: alloc.Locator{Process: 0, Length: 8}, Add: 1, Signaled: true}); err != nil {
+			if err := p.q.Post(WorkRequest{Op: OpFetchAdd, Local: p.b.mem(t, 64, 8), Remote: alloc.Locator{RegionRef: alloc.RegionRef{Process: 0}, Length: 8}, Add: 1, Signaled: true}); err != nil {
 				t.Fatal(err)
 			}
 			p.send(t, c.f(p), bytes.Repeat([]byte{0xee}, c.payload))
@@ -428,7 +428,7 @@ func TestTCPMalformedFramesFromPeer(t *testing.T) {
 			if got := wait(t, p.q.CQ()); got.Status != StatusConnectionLost {
 				t.Fatalf("the pending operation completed with %v, want %v", got.Status, StatusConnectionLost)
 			}
-			if err := p.q.Post(WorkRequest{Op: OpWrite, Local: p.b.mem(t, 0, 8), Remote: alloc.Locator{Process: 0, Length: 8}}); !errors.Is(err, ErrConnectionLost) {
+			if err := p.q.Post(WorkRequest{Op: OpWrite, Local: p.b.mem(t, 0, 8), Remote: alloc.Locator{RegionRef: alloc.RegionRef{Process: 0}, Length: 8}}); !errors.Is(err, ErrConnectionLost) {
 				t.Fatalf("a post after the drop returned %v, want ErrConnectionLost", err)
 			}
 			if !bytes.Equal(before[:64], p.b.buf.Bytes()[:64]) {

@@ -59,7 +59,8 @@ type Transmitter struct {
 	slots  []atomic.Uint64
 	busy   []atomic.Uint32
 	failed atomic.Pointer[error]
-	idle   func() // the queue pair's engine takes over when a waiter sleeps
+	idle   func()  // the queue pair's engine takes over when a waiter sleeps
+	sync   *syncQP // a synchronous queue pair's core (shm, loop), see Write
 }
 
 var _ alloc.Tracker = (*Transmitter)(nil)
@@ -82,6 +83,12 @@ func NewTransmitter(qp QueuePair, maxUnsignaled int, cfg TransmitterConfig) (*Tr
 	t := &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}
 	if i, ok := qp.(interface{ idle() }); ok {
 		t.idle = i.idle
+	}
+	switch q := qp.(type) {
+	case *shmQP:
+		t.sync = q.syncQP
+	case *loopQP:
+		t.sync = q.syncQP
 	}
 	return t, nil
 }
@@ -136,8 +143,19 @@ func (t *Transmitter) Err() error {
 // Write writes local into remote, asynchronously; local is tagged and must
 // not change until alloc says its unit is reusable.
 func (t *Transmitter) Write(local alloc.Memory, remote alloc.Locator) error {
+	// Over shm the write is a copy that has completed when it returns:
+	// local is reusable at once (Done, not Tag), and the protocol below,
+	// whose purpose is to learn when operations complete, has nothing to do.
+	if t.sync != nil && t.failed.Load() == nil && t.sync.writeNow(local.Bytes(), remote) {
+		local.Done()
+		return nil
+	}
 	return t.post(nil, WorkRequest{Op: OpWrite, Local: local, Remote: remote}, false)
 }
+
+// advances reports whether ticket's group is past F: ticket/k > f, with a
+// multiplication where the division would cost tens of cycles.
+func (t *Transmitter) advances(ticket, f uint64) bool { return ticket >= (f+1)*t.k }
 
 // WriteImm is Write that also completes a receive at the target with imm.
 func (t *Transmitter) WriteImm(local alloc.Memory, remote alloc.Locator, imm uint32) error {
@@ -199,11 +217,16 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 	} else {
 		ticket = t.tickets.Add(1) - 1
 	}
-	f := t.flushed.Load()
+	return t.postTicket(ctx, wr, wait, ticket, t.flushed.Load())
+}
+
+// postTicket posts wr under ticket, f being F read just after the ticket
+// was taken.
+func (t *Transmitter) postTicket(ctx context.Context, wr WorkRequest, wait bool, ticket, f uint64) error {
 	// Only an operation whose group is past F advances F. This keeps F at
 	// or below the newest ticket's group, which is what bounds the
 	// unsignaled operations (at most k in F's group, plus stragglers).
-	advance := ticket/t.k > f
+	advance := t.advances(ticket, f)
 	signaled := wait || advance
 	slot := noSlot
 	if signaled {
@@ -226,7 +249,13 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 			t.flushed.CompareAndSwap(f, f+1)
 		}
 	}
-	if wr.Op != OpNop {
+	switch {
+	case wr.Op == OpNop:
+	case t.sync != nil:
+		// A synchronous queue pair has completed the operation: nothing
+		// will read local again.
+		wr.Local.Done()
+	default:
 		wr.Local.Tag(t, t.flushed.Load())
 	}
 	return nil

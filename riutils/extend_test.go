@@ -246,7 +246,7 @@ func TestNestedPollRunsNothing(t *testing.T) {
 // FuzzParseExt: extension arguments from a peer never panic the parser, and
 // whatever parses re-encodes to the same header.
 func FuzzParseExt(f *testing.F) {
-	l := alloc.Locator{Process: 1, Region: 2, Offset: 8, Length: 64, Key: 9}
+	l := alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 2}, Offset: 8, Length: 64, Key: 9}
 	f.Add(putExt(nil, 7, extWrite|extNotify, l, alloc.Locator{}, l))
 	f.Add(putExt(nil, 7, extRead, l, l, alloc.Locator{}))
 	f.Fuzz(func(t *testing.T, a []byte) {

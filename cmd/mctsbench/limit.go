@@ -233,7 +233,7 @@ func limitRing(s peerSpec) ([]float64, error) {
 	}
 	defer cmd.Wait()
 	fb := (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
-	slots := rawRingBytes / s.size
+	slots := ringSlots(s.size)
 	quarter := max(1, slots/4)
 	var rates []float64
 	for rep := 0; rep < s.reps; rep++ {
@@ -243,7 +243,7 @@ func limitRing(s peerSpec) ([]float64, error) {
 			if i == s.n/10 {
 				start = time.Now()
 			}
-			off := rawRingBase + (i%slots)*s.size
+			off := rawRingBase + ringSlot(i, slots)*s.size
 			w := (*atomic.Uint64)(unsafe.Pointer(&mem[off+s.size-8]))
 			var b dtutils.Backoff
 			for w.Load() != seal(run, i) {
@@ -269,16 +269,20 @@ func limitRingSender(s peerSpec) error {
 	}
 	defer unix.Munmap(mem)
 	fb := (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
-	slots := rawRingBytes / s.size
+	slots := ringSlots(s.size)
+	rec := make([]byte, s.size) // the record, built then copied in as raw's are
 	for rep := 0; rep < s.reps; rep++ {
 		run := rep + 1
 		for i := 0; i < s.n; i++ {
 			if i >= slots {
 				awaitConsumed(fb, run, i-slots+1, nil, nil)
 			}
-			off := rawRingBase + (i%slots)*s.size
-			binary.LittleEndian.PutUint64(mem[off:], uint64(i))
-			(*atomic.Uint64)(unsafe.Pointer(&mem[off+s.size-8])).Store(seal(run, i))
+			off := rawRingBase + ringSlot(i, slots)*s.size
+			binary.LittleEndian.PutUint64(rec, uint64(i))
+			binary.LittleEndian.PutUint64(rec[s.size-8:], seal(run, i))
+			// The same sealing copy as a one-sided shm write: payload,
+			// then the last word with a release store.
+			dtutils.Publish(mem[off:off+s.size], rec)
 		}
 		awaitConsumed(fb, run, s.n, nil, nil)
 	}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 )
@@ -74,7 +75,7 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	transport := fs.String("transport", "", "\"\" (automatic per pair for the fabric modes; shm for raw and limit), shm or tcp")
 	procs := fs.Int("procs", 2, "processes of the send benchmark (self-launched; mpirun/srun set their own)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
-	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN (fabric modes)")
+	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN (the second process of raw and limit: FILE.peer)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -85,6 +86,9 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer stop()
+		// The self-launched second process of raw and limit profiles
+		// itself too, to FILE.peer.
+		os.Setenv(peerProfileEnv, *cpuProfile+".peer")
 	}
 	sz, err := parseSizes(*sizes)
 	if err != nil || *n < 10 || *reps < 1 {
@@ -139,12 +143,28 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// peerProfileEnv, set by micro -cpuprofile, makes the self-launched second
+// process of raw and limit write its CPU profile to the file it names.
+const peerProfileEnv = "SERIEMA_MICRO_PEER_PROFILE"
+
+// asPeer runs f as a self-launched second process, profiled when asked.
+func asPeer(f func() int) int {
+	if path := os.Getenv(peerProfileEnv); path != "" {
+		if out, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(out) == nil {
+				defer func() { pprof.StopCPUProfile(); out.Close() }()
+			}
+		}
+	}
+	return f()
+}
+
 func main() {
 	if env := os.Getenv(rawRoleEnv); env != "" {
-		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(asPeer(func() int { return senderMain(env, os.Stdin, os.Stdout, os.Stderr) }))
 	}
 	if env := os.Getenv(limitEnv); env != "" {
-		os.Exit(peerMain(env, os.Stderr))
+		os.Exit(asPeer(func() int { return peerMain(env, os.Stderr) }))
 	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -83,6 +83,21 @@ func senderMain(env string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// ringSlots is the number of size-byte records in the ring: the largest
+// power of two that fits, so that ringSlot is a mask. The limit and raw
+// loops both index their ring this way; a 64-bit division per record
+// measured a third of the raw sender's time.
+func ringSlots(size int) int {
+	n := 1
+	for 2*n*size <= rawRingBytes {
+		n *= 2
+	}
+	return n
+}
+
+// ringSlot is i % slots for slots from ringSlots.
+func ringSlot(i, slots int) int { return i & (slots - 1) }
+
 // seal marks record i of run r; it never equals a stale seal of another run.
 func seal(run, i int) uint64 { return uint64(run)<<40 | uint64(i+1) }
 
@@ -215,14 +230,14 @@ func runRaw(spec rawSpec) ([]Result, error) {
 		var rates []float64
 		for rep := 0; rep < spec.reps; rep++ {
 			run++
-			slots := rawRingBytes / size
+			slots := ringSlots(size)
 			quarter := max(1, slots/4)
 			var start time.Time
 			for i := 0; i < spec.n; i++ {
 				if i == spec.warmup() {
 					start = time.Now()
 				}
-				off := rawRingBase + (i%slots)*size
+				off := rawRingBase + ringSlot(i, slots)*size
 				w := e.word(off + size - 8)
 				b := dtutils.Backoff{Idle: e.proc.Idle}
 				for w.Load() != seal(run, i) {
@@ -301,7 +316,7 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 	for _, size := range spec.sizes {
 		for rep := 0; rep < spec.reps; rep++ {
 			run++
-			slots := rawRingBytes / size
+			slots := ringSlots(size)
 			for i := 0; i < spec.n; i++ {
 				// The receiver must have consumed the record this slot held.
 				if i >= slots {
@@ -320,7 +335,7 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 				b := m.Bytes()
 				binary.LittleEndian.PutUint64(b, uint64(i)) // payload varies per record
 				binary.LittleEndian.PutUint64(b[size-8:], seal(run, i))
-				dst, _ := peer.Sub(uint64(rawRingBase+(i%slots)*size), uint64(size))
+				dst, _ := peer.Sub(uint64(rawRingBase+ringSlot(i, slots)*size), uint64(size))
 				if err := e.tx.Write(m, dst); err != nil {
 					return err
 				}
