@@ -48,6 +48,9 @@ type Aggregator struct {
 	m   *Messengers
 	cfg AggregatorConfig
 	out map[dsfabric.ThreadID]*aggDst
+	// The destination used last (entries of out are never removed).
+	last   *aggDst
+	lastID dsfabric.ThreadID
 }
 
 type aggDst struct {
@@ -78,11 +81,15 @@ func (m *Messengers) Aggregator(cfg AggregatorConfig) (*Aggregator, error) {
 }
 
 func (a *Aggregator) dst(t dsfabric.ThreadID) *aggDst {
+	if a.last != nil && a.lastID == t {
+		return a.last // a stream of calls to one thread skips the map
+	}
 	d, ok := a.out[t]
 	if !ok {
 		d = &aggDst{}
 		a.out[t] = d
 	}
+	a.last, a.lastID = d, t
 	return d
 }
 
@@ -189,7 +196,8 @@ func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf
 	if err != nil {
 		return err
 	}
-	putRecord(mem.Bytes(), h, a.m.self, args, buf)
+	b := mem.Bytes()
+	sealRecord(b, h, a.m.self, len(args), copyBody(b, args, buf))
 	d.queue = append(d.queue, mem)
 	d.queued += size
 	return nil
@@ -221,6 +229,7 @@ func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) erro
 		d.queue[0] = alloc.Memory{}
 		d.queue = d.queue[1:]
 	}
+	d.queue = d.queue[:0:cap(d.queue)] // empty: reuse the rest of the array
 	return nil
 }
 

@@ -131,6 +131,9 @@ func (k *keeper) busy() int {
 // own waits, running this thread's calls, until the thread drives s (an
 // Aggregator or a shutdown must not write while kept calls go out).
 func (m *Messengers) own(s *sender) {
+	if m.keeper.idle(s.dst) {
+		return // the common case, without setting up a wait
+	}
 	w := m.replyWait()
 	for !m.keeper.idle(s.dst) {
 		if m.Poll() > 0 {

@@ -284,10 +284,12 @@ type Messengers struct {
 	f         *dsfabric.Fabric
 	self      dsfabric.ThreadID
 	out       map[dsfabric.ThreadID]*sender
+	last      *sender // the sender used last: a stream of calls skips the map
 	rx        rxState // the receiving side: polled by the thread or its Poller
 	delegated bool    // a Poller polls the receiving side
 	inbox     *inbox
 	ring      *alloc.LinearCircular // records being written
+	small     *alloc.LinearCircular // records of at most smallRecord bytes
 	fbReg     *alloc.Region         // feedback words, one per destination thread
 	syncs     *syncSlots            // counters of this thread's Synchronizers
 	stats     Stats
@@ -326,6 +328,10 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if err != nil {
 		return nil, err
 	}
+	small, err := newRing(z, smallUnit)
+	if err != nil {
+		return nil, err
+	}
 	// The receiving side writes feedback and replies from its own ring, so
 	// that a Poller can run it while the thread sends.
 	rxRing, err := newRing(z, 64<<10)
@@ -337,7 +343,7 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 		return nil, err
 	}
 	m := &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, closed: map[dsfabric.ThreadID]error{},
-		inbox: p.inboxes[t], ring: ring, fbReg: fbReg}
+		inbox: p.inboxes[t], ring: ring, small: small, fbReg: fbReg}
 	m.rx.ring = rxRing
 	if p.cfg.Policy == RetryAsync {
 		if m.keeper, err = newKeeper(m, z); err != nil {
@@ -405,8 +411,20 @@ func (m *Messengers) Stats() Stats {
 // alloc returns n bytes of registered memory for an outgoing write, making
 // room by flushing when every unit is still in flight.
 func (m *Messengers) alloc(tx *dtutils.Transmitter, n int) (alloc.Memory, error) {
+	if n <= smallRecord {
+		return allocFrom(m.small, tx, n)
+	}
 	return allocFrom(m.ring, tx, n)
 }
+
+// Small records come from their own ring of small units: a stream of small
+// calls then cycles through 128 KiB that stay in cache, not through two
+// chunk-sized units (4 MiB by default), where every new cache line of a
+// record missed (measured: 40 % of an ovfl sender's time).
+const (
+	smallRecord = 4 << 10
+	smallUnit   = 64 << 10
+)
 
 func allocFrom(ring *alloc.LinearCircular, tx *dtutils.Transmitter, n int) (alloc.Memory, error) {
 	b, err := ring.Alloc(n)

@@ -24,6 +24,10 @@ type receiver struct {
 	done     bool  // shut down: dropped at the next Poll
 	request  uint64
 	call     dsfabric.Call
+	// The last handler run, to skip the concurrent map on a stream of
+	// calls to one handler (handlers are never unregistered).
+	lastID dsfabric.HandlerID
+	lastFn dsfabric.HandlerFunc
 }
 
 // rxState is the receiving side of a thread's messengers.
@@ -190,7 +194,12 @@ func (r *receiver) dispatch(rec record) error {
 // run runs handler h for src and returns its result and error.
 func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) ([]byte, error) {
 	m := r.m
-	fn, ok := m.p.handlers.Lookup(h)
+	fn, ok := r.lastFn, r.lastFn != nil && r.lastID == h
+	if !ok {
+		if fn, ok = m.p.handlers.Lookup(h); ok {
+			r.lastID, r.lastFn = h, fn
+		}
+	}
 	m.rx.stats.Received++
 	if !ok {
 		m.rx.stats.UnknownHandlers++

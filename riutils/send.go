@@ -36,7 +36,11 @@ type sender struct {
 
 // sender returns the messenger to dst, setting it up on first use.
 func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
+	if s := m.last; s != nil && s.dst == dst {
+		return s, nil
+	}
 	if s, ok := m.out[dst]; ok {
+		m.last = s
 		return s, nil
 	}
 	n := m.f.Names()
@@ -177,7 +181,8 @@ func (m *Messengers) callTo(s *sender, h dsfabric.HandlerID, args, buf []byte, p
 	if err != nil {
 		return false, err
 	}
-	putRecord(mem.Bytes(), h, m.self, args, buf)
+	b := mem.Bytes()
+	sealRecord(b, h, m.self, len(args), copyBody(b, args, buf))
 	return true, s.write(mem)
 }
 
@@ -298,6 +303,9 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 		}
 	}
 	delete(m.out, dst)
+	if m.last == s {
+		m.last = nil
+	}
 	return nil
 }
 
