@@ -37,3 +37,17 @@ func TestSynchronizer(t *testing.T) {
 		t.Fatal("a synchronizer created at zero is not done")
 	}
 }
+
+// TestConfigHotPeriod: the default hot period, and the bounds Start checks.
+func TestConfigHotPeriod(t *testing.T) {
+	var c Config
+	if err := c.fill(); err != nil || c.HotPeriod != 50*time.Microsecond {
+		t.Fatalf("default HotPeriod %v, %v", c.HotPeriod, err)
+	}
+	for _, d := range []time.Duration{-time.Microsecond, 2 * time.Second} {
+		c := Config{HotPeriod: d}
+		if err := c.fill(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("HotPeriod %v accepted: %v", d, err)
+		}
+	}
+}

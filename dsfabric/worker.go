@@ -3,6 +3,7 @@ package dsfabric
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/seriema-go/seriema/dtutils"
 )
@@ -60,7 +61,8 @@ func (w *Worker) Poll() int {
 
 // Serve polls until ctx ends or the fabric closes, sleeping when idle.
 func (w *Worker) Serve(ctx context.Context) {
-	var b dtutils.Backoff
+	hot := w.f.cfg.HotPeriod
+	b := dtutils.HotWait{Spin: min(2*time.Microsecond, hot), Yield: hot}
 	for {
 		if w.Poll() > 0 {
 			b.Reset()
@@ -69,10 +71,11 @@ func (w *Worker) Serve(ctx context.Context) {
 		if ctx.Err() != nil || w.f.ctx.Err() != nil {
 			return
 		}
-		if !b.Sleepy() {
+		if b.Hot() {
 			b.Wait()
 			continue
 		}
+		b.Reset()
 		select {
 		case <-w.bell:
 		case <-ctx.Done():

@@ -26,6 +26,8 @@ echo "== latency"
 echo "== Go peers (net/rpc, gRPC) over a unix socket and over TCP"
 { "$BIN/peers" -json
   "$BIN/peers" -net tcp -mode grpc-unary,netrpc-unary -json; } | tee "$OUT/peers.json"
+echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups"
+"$BIN/mctsbench" idle -duration 10s -json | tee "$OUT/idle.json"
 echo "== Fig. 3: MCTS scaling"
 "$BIN/mctsbench" scale -json -png docs/img/scale.png | tee "$OUT/scale.json"
 "$BIN/mctsbench" report -dir "$OUT" -doc docs/benchmarks.md -img docs/img -command "make bench"

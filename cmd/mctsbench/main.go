@@ -9,6 +9,7 @@
 //	mctsbench scale   [-configs seq,1x1,1x2,2x1] [-visits V] [-moves M] [-png F] [-json]
 //	mctsbench report  [-dir bench-results] [-doc docs/benchmarks.md] [-img docs/img]
 //	mctsbench soak    [-procs 3] [-threads 2] [-duration 30s] [-transport shm|tcp] [-json]
+//	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp] [-json]
 //
 // See DESIGN.md §8.
 package main
@@ -24,7 +25,7 @@ import (
 )
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak [flags]  (mctsbench SUBCOMMAND -h for flags)")
+	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle [flags]  (mctsbench SUBCOMMAND -h for flags)")
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -47,6 +48,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return report(args[1:], stdout, stderr)
 	case "soak":
 		return soak(args[1:], stdout, stderr)
+	case "idle":
+		return idle(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
 	usage(stderr)

@@ -33,6 +33,7 @@ type benchData struct {
 	lat     []LatencyResult // mctsbench latency and the peers' round trips
 	peers   []Result        // netrpc, grpc-stream
 	scale   []ScaleResult
+	idle    []IdleResult
 	machine string
 	command string
 }
@@ -145,6 +146,9 @@ func loadBench(dir string) (*benchData, error) {
 		}
 	}
 	if d.scale, err = readLines[ScaleResult](filepath.Join(dir, "scale.json")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if d.idle, err = readLines[IdleResult](filepath.Join(dir, "idle.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	return d, nil
@@ -395,6 +399,18 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	goal(&w, "trad / netrpc at 64 B", over(rate(d.micro, "trad", "shm", 64), rate(d.peers, "netrpc", "unix", 64)), 20, true)
 	goal(&w, "latency p50 at 8 B (µs)", ours/1000, 2, false)
 	goal(&w, "net/rpc p50 / ours", over(netrpcLat, ours), 10, true)
+	if len(d.idle) > 0 {
+		worst, wake := 0.0, 0.0
+		for _, r := range d.idle {
+			if r.Mode == "idle" {
+				worst = max(worst, 100*r.CPUShare)
+			} else if r.Mode == "wake" {
+				wake = r.P50ns / 1000
+			}
+		}
+		goal(&w, "idle job: CPU per process, highest (% of a core)", worst, 5, false)
+		goal(&w, "first call after 100 ms idle, p50 (µs)", wake, 50, false)
+	}
 
 	if len(d.scale) > 0 {
 		w.WriteString("\n### Fig. 3: MCTS on Hex (simulations/ms)\n\n| config | simulations/ms | visits/ms | × seq | × 1x1 |\n|---|---:|---:|---:|---:|\n")

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"golang.org/x/sys/unix"
+)
+
+// IdleResult is one line of mctsbench idle: the CPU share of one process of
+// a job with nothing to do (mode "idle"), or how fast a call wakes an idle
+// worker (mode "wake").
+type IdleResult struct {
+	Mode      string  `json:"mode"`
+	Transport string  `json:"transport"`
+	Rank      int     `json:"rank,omitempty"`
+	WindowS   float64 `json:"window_s,omitempty"`
+	CPUShare  float64 `json:"cpu_share,omitempty"` // CPU seconds per second of the window, of one process
+	N         int     `json:"n,omitempty"`
+	P50ns     float64 `json:"p50_ns,omitempty"`
+	MaxNs     float64 `json:"max_ns,omitempty"`
+}
+
+// idle measures what an idle job costs: P processes whose workers run the
+// default loop (Worker.Serve: poll, then sleep on the doorbell after the
+// hot period) and have nothing to do. After a settling second, rank 0 reads
+// every process's CPU time (getrusage) at both ends of the window; then it
+// times call-and-return round trips to a worker that has idled between them.
+func idle(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idle", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	procs := fs.Int("procs", 2, "processes (self-launched)")
+	window := fs.Duration("duration", 10*time.Second, "measurement window")
+	hot := fs.Duration("hot", 0, "Config.HotPeriod of the job (0: the default)")
+	transport := fs.String("transport", "", "\"\" (automatic), shm or tcp")
+	wakes := fs.Int("wakes", 20, "round trips to a worker idle for 100 ms before each")
+	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *procs < 2 || *window <= 0 || *wakes < 1 {
+		fmt.Fprintln(stderr, "mctsbench idle: -procs ≥ 2, -duration > 0, -wakes ≥ 1")
+		return 2
+	}
+	rs, err := runIdle(*procs, *window, *hot, *transport, *wakes, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "mctsbench idle: %v\n", err)
+		return 1
+	}
+	for _, r := range rs {
+		if *asJSON {
+			json.NewEncoder(stdout).Encode(r)
+		} else if r.Mode == "idle" {
+			fmt.Fprintf(stdout, "rank %d (%s): %.2f %% of a core over %.0f s idle\n", r.Rank, r.Transport, 100*r.CPUShare, r.WindowS)
+		} else {
+			fmt.Fprintf(stdout, "first call after 100 ms idle (%s, %d tries): p50 %v, max %v\n", r.Transport, r.N, time.Duration(r.P50ns), time.Duration(r.MaxNs))
+		}
+	}
+	return 0
+}
+
+// cpuNanos is this process's user and system CPU time.
+func cpuNanos() uint64 {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return uint64(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func runIdle(procs int, window, hot time.Duration, transport string, wakes int, stderr io.Writer) ([]IdleResult, error) {
+	h := dsfabric.NewHandlers()
+	stop := make(chan struct{})
+	hCPU, _ := h.Register("idle.cpu", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+		return binary.LittleEndian.AppendUint64(nil, cpuNanos()), nil
+	})
+	hEcho, _ := h.Register("idle.echo", func(c *dsfabric.Call, a []byte) ([]byte, error) { return a, nil })
+	hStop, _ := h.Register("idle.stop", func(c *dsfabric.Call, a []byte) ([]byte, error) { close(stop); return nil, nil })
+	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+		Procs: procs, Handlers: h, Transport: transport, HotPeriod: hot, Stdout: stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if f.Rank() != 0 {
+		select {
+		case <-stop:
+		case <-f.Done():
+		}
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), window+time.Minute)
+	defer cancel()
+	src, _ := f.Names().Thread(0, 0)
+	cpu := func() ([]uint64, error) {
+		out := make([]uint64, procs)
+		for r := range out {
+			b, err := f.CallServiceReturn(ctx, src, r, hCPU, nil)
+			if err != nil || len(b) != 8 {
+				return nil, fmt.Errorf("reading rank %d's CPU time: %v (%d bytes)", r, err, len(b))
+			}
+			out[r] = binary.LittleEndian.Uint64(b)
+		}
+		return out, nil
+	}
+	time.Sleep(time.Second) // past every hot period: the job is asleep
+	c0, err := cpu()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	c1, err := cpu()
+	if err != nil {
+		return nil, err
+	}
+	wall := time.Since(t0).Seconds()
+	var out []IdleResult
+	for r := range c0 {
+		out = append(out, IdleResult{Mode: "idle", Transport: f.Transports(), Rank: r, WindowS: wall, CPUShare: float64(c1[r]-c0[r]) / 1e9 / wall})
+	}
+	dst, _ := f.Names().Thread(1, 0)
+	var lat []float64
+	for i := 0; i < wakes; i++ {
+		time.Sleep(100 * time.Millisecond)
+		t := time.Now()
+		if _, err := f.CallReturn(ctx, src, dst, hEcho, []byte{byte(i)}); err != nil {
+			return nil, fmt.Errorf("wake %d: %w", i, err)
+		}
+		lat = append(lat, float64(time.Since(t).Nanoseconds()))
+	}
+	sort.Float64s(lat)
+	out = append(out, IdleResult{Mode: "wake", Transport: f.Transports(), N: len(lat), P50ns: percentile(lat, 50), MaxNs: lat[len(lat)-1]})
+	for r := 1; r < procs; r++ {
+		if err := f.CallService(src, r, hStop, nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
