@@ -32,7 +32,7 @@ func seqOps() int {
 
 // job starts a fabric in which every worker thread runs body with its
 // Messengers; rank 0's test waits for every rank through Close.
-func job(t *testing.T, procs, threads int, transport string, cfg Config, reg func(*dsfabric.Handlers), body func(m *Messengers) error) {
+func job(t testing.TB, procs, threads int, transport string, cfg Config, reg func(*dsfabric.Handlers), body func(m *Messengers) error) {
 	h := dsfabric.NewHandlers()
 	reg(h)
 	cfg.Logger = quiet

@@ -1,0 +1,73 @@
+package riutils
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/seriema-go/seriema/dsfabric"
+)
+
+// BenchmarkCall: one-sided calls from one thread to another of the same
+// process over shm (the micro benchmark's write, trad and ovfl modes in
+// one process), the receiver running each. Allocations are counted over
+// both threads: the hot path of sender and receiver allocates nothing.
+func BenchmarkCall(b *testing.B) {
+	for _, mode := range []string{"write", "trad", "ovfl"} {
+		for _, size := range []int{8, 64} {
+			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
+				var h dsfabric.HandlerID
+				var ran atomic.Int64
+				var stop atomic.Bool
+				b.ReportAllocs()
+				b.SetBytes(int64(size))
+				twoThreadsTB(b, DefaultConfig(), func(hs *dsfabric.Handlers) {
+					h, _ = hs.Register("bench", func(c *dsfabric.Call, a []byte) ([]byte, error) { ran.Add(1); return nil, nil })
+				}, func(m *Messengers) error { return serveUntil(m, &stop) },
+					func(m *Messengers) error {
+						defer stop.Store(true)
+						call := func(a []byte) error { return m.Call(0, h, a) }
+						flush := func() error { return nil }
+						if mode != "write" {
+							md := Trad
+							if mode == "ovfl" {
+								md = Ovfl
+							}
+							agg, err := m.Aggregator(AggregatorConfig{Mode: md})
+							if err != nil {
+								return err
+							}
+							call = func(a []byte) error { return agg.Call(0, h, a) }
+							flush = agg.Flush
+						}
+						args := make([]byte, size)
+						b.ResetTimer()
+						for i := 0; i < b.N; i++ {
+							args[0] = byte(i)
+							if err := call(args); err != nil {
+								return err
+							}
+						}
+						if err := flush(); err != nil {
+							return err
+						}
+						for ran.Load() < int64(b.N) {
+							m.Poll()
+						}
+						b.StopTimer()
+						return nil
+					})
+			})
+		}
+	}
+}
+
+// twoThreadsTB is twoThreads for benchmarks.
+func twoThreadsTB(t testing.TB, cfg Config, reg func(*dsfabric.Handlers), receiver, sender func(m *Messengers) error) {
+	job(t, 1, 2, "shm", cfg, reg, func(m *Messengers) error {
+		if m.ID() == 0 {
+			return receiver(m)
+		}
+		return sender(m)
+	})
+}
