@@ -27,7 +27,8 @@ demo: $(BIN)/mctsbench
 setup:
 	@sh scripts/reserve-hugepages.sh
 
-# The Transmitter hammer (8 goroutines × 1 M operations) and the messenger
+# The Transmitter hammer (8 goroutines × 1 M operations over loop and the
+# late transport, which runs the whole protocol) and the messenger
 # sequence test (10 M calls per sender) also run at full size without the
 # race detector, which would make them take many minutes; then a 30-second
 # soak of every primitive, and the bench/peers module's own tests.

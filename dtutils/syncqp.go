@@ -93,8 +93,8 @@ func (q *syncQP) Post(wr WorkRequest) error {
 	return nil
 }
 
-// writeNow is the Transmitter's hot path for a write over shm: a bounds
-// check against a cached mapping, then the copy and its seal. The write has
+// writeNow is the Transmitter's hot path for a write over shm (and loop):
+// a bounds check against a cached mapping, then the copy and its seal. The write has
 // completed when it returns, like every operation here, so there is nothing
 // to account for, signal or retire: the Transmitter needs no ticket for it.
 // It reports false, having done nothing, when the write needs Post (an
@@ -102,7 +102,10 @@ func (q *syncQP) Post(wr WorkRequest) error {
 func (q *syncQP) writeNow(src []byte, remote alloc.Locator) bool {
 	sp := q.shm.Load()
 	n := uint64(len(src))
-	if sp == nil || q.closed.Load() || q.peerGone.Load() || sp.gone.Load() ||
+	if sp == nil {
+		return q.writeNowLoop(src, remote)
+	}
+	if q.closed.Load() || q.peerGone.Load() || sp.gone.Load() ||
 		remote.Process != sp.r || n != remote.Length || len(src) > q.proc.cfg.MaxTransfer {
 		return false
 	}
@@ -117,5 +120,25 @@ func (q *syncQP) writeNow(src []byte, remote alloc.Locator) bool {
 		return false
 	}
 	Publish(m.mem[off:off+n:off+n], src)
+	return true
+}
+
+// writeNowLoop is writeNow on loop: the target region is resolved on every
+// write (a region of this process may be freed at any time, so nothing is
+// cached), then copied into.
+func (q *syncQP) writeNowLoop(src []byte, remote alloc.Locator) bool {
+	pp := q.peer.Load()
+	if pp == nil || q.closed.Load() || len(src) > q.proc.cfg.MaxTransfer || uint64(len(src)) != remote.Length {
+		return false
+	}
+	peer := *pp
+	if peer.lost() || remote.Process != peer.rank() {
+		return false
+	}
+	dst, ok := peer.mem(remote.Region, remote.Key, remote.Offset, remote.Length)
+	if !ok {
+		return false
+	}
+	Publish(dst, src)
 	return true
 }

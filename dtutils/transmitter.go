@@ -143,7 +143,7 @@ func (t *Transmitter) Err() error {
 // Write writes local into remote, asynchronously; local is tagged and must
 // not change until alloc says its unit is reusable.
 func (t *Transmitter) Write(local alloc.Memory, remote alloc.Locator) error {
-	// Over shm the write is a copy that has completed when it returns:
+	// Over shm and loop the write is a copy that has completed when it returns:
 	// local is reusable at once (Done, not Tag), and the protocol below,
 	// whose purpose is to learn when operations complete, has nothing to do.
 	if t.sync != nil && t.failed.Load() == nil && t.sync.writeNow(local.Bytes(), remote) {
