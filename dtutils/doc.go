@@ -57,10 +57,11 @@
 // goroutine ever waits for another: each waits only for its own signaled
 // completion, polling the completion queue itself.
 //
-// Over shm a write is a copy that has completed when it returns, so
-// Transmitter.Write skips the protocol for it: a bounds and key check
-// against a cached mapping, the copy, a release store of its last word
-// (Publish), and the local memory is released at once (alloc.Memory.Done).
+// Over shm and loop a write is a copy that has completed when it returns,
+// so Transmitter.Write skips the protocol for it: a bounds and key check
+// (against a cached mapping over shm, the registry over loop), the copy, a
+// release store of its last word (Publish), and the local memory is
+// released at once (alloc.Memory.Done).
 // Signaled operations (Read, the atomics, Flush) and the other transports
 // keep the protocol.
 //
