@@ -311,7 +311,7 @@ type shmPeer struct {
 	regions *xsync.MapOf[uint32, *shmMapping]
 	rs      receiveSide
 	gone    atomic.Bool
-	last    atomic.Pointer[shmMapping] // the region written last (syncQP.writeUnsignaled)
+	last    atomic.Pointer[shmMapping] // the region written last (syncQP.writeNow)
 }
 
 type shmMapping struct {

@@ -24,7 +24,7 @@ type syncQP struct {
 	acct     sqAccount
 	cq       *memCQ
 	peer     atomic.Pointer[syncPeer]
-	shm      atomic.Pointer[shmPeer] // the peer, when it is one (writeUnsignaled)
+	shm      atomic.Pointer[shmPeer] // the peer, when it is one (writeNow)
 	peerGone atomic.Bool             // the peer queue pair closed (transports that can tell)
 	closed   atomic.Bool
 }
@@ -94,9 +94,9 @@ func (q *syncQP) Post(wr WorkRequest) error {
 }
 
 // writeNow is the Transmitter's hot path for a write over shm (and loop):
-// a bounds check against a cached mapping, then the copy and its seal. The write has
-// completed when it returns, like every operation here, so there is nothing
-// to account for, signal or retire: the Transmitter needs no ticket for it.
+// a bounds check against a cached mapping, then the copy and its seal. The
+// write has completed when it returns, like every operation here, so nothing
+// is left to account for, signal or retire: the Transmitter takes no ticket.
 // It reports false, having done nothing, when the write needs Post (an
 // error to report in order, a region not mapped yet, another transport).
 func (q *syncQP) writeNow(src []byte, remote alloc.Locator) bool {

@@ -213,24 +213,31 @@ func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) erro
 		return err
 	}
 	a.m.own(s)
-	for len(d.queue) > 0 {
-		mem := d.queue[0]
+	sent := 0
+	for len(d.queue) > sent {
+		mem := d.queue[sent]
 		ok, err := s.reserve(mem.Len(), policy)
-		if err != nil {
+		if err != nil || !ok {
+			d.dropSent(sent)
 			return err
 		}
-		if !ok {
-			return nil
-		}
 		if err := s.write(mem); err != nil {
+			d.dropSent(sent)
 			return err
 		}
 		d.queued -= mem.Len()
-		d.queue[0] = alloc.Memory{}
-		d.queue = d.queue[1:]
+		sent++
 	}
-	d.queue = d.queue[:0:cap(d.queue)] // empty: reuse the rest of the array
+	d.dropSent(sent)
 	return nil
+}
+
+// dropSent removes the first n kept calls, moving the rest to the front of
+// the array so that it is reused rather than reallocated.
+func (d *aggDst) dropSent(n int) {
+	k := copy(d.queue, d.queue[n:])
+	clear(d.queue[k:])
+	d.queue = d.queue[:k]
 }
 
 // Exceeding returns the bytes Ovfl keeps locally for all destinations.
