@@ -342,14 +342,8 @@ func (p *shmPeer) receiver() receiveSide { return p.rs }
 func (p *shmPeer) lost() bool            { return p.gone.Load() }
 
 func (p *shmPeer) mem(region uint32, key, off, n uint64) ([]byte, bool) {
-	m, ok := p.regions.Load(region)
-	if !ok {
-		var err error
-		if m, err = p.fetch(region, key); err != nil {
-			return nil, false
-		}
-	}
-	if m.key != key || off > uint64(len(m.mem)) || n > uint64(len(m.mem))-off {
+	m := p.lookup(region, key)
+	if m == nil || off > uint64(len(m.mem)) || n > uint64(len(m.mem))-off {
 		return nil, false
 	}
 	return m.mem[off : off+n : off+n], true

@@ -217,12 +217,7 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 	} else {
 		ticket = t.tickets.Add(1) - 1
 	}
-	return t.postTicket(ctx, wr, wait, ticket, t.flushed.Load())
-}
-
-// postTicket posts wr under ticket, f being F read just after the ticket
-// was taken.
-func (t *Transmitter) postTicket(ctx context.Context, wr WorkRequest, wait bool, ticket, f uint64) error {
+	f := t.flushed.Load()
 	// Only an operation whose group is past F advances F. This keeps F at
 	// or below the newest ticket's group, which is what bounds the
 	// unsignaled operations (at most k in F's group, plus stragglers).

@@ -21,7 +21,7 @@ func BenchmarkCall(b *testing.B) {
 				var stop atomic.Bool
 				b.ReportAllocs()
 				b.SetBytes(int64(size))
-				twoThreadsTB(b, DefaultConfig(), func(hs *dsfabric.Handlers) {
+				twoThreads(b, DefaultConfig(), func(hs *dsfabric.Handlers) {
 					h, _ = hs.Register("bench", func(c *dsfabric.Call, a []byte) ([]byte, error) { ran.Add(1); return nil, nil })
 				}, func(m *Messengers) error { return serveUntil(m, &stop) },
 					func(m *Messengers) error {
@@ -60,14 +60,4 @@ func BenchmarkCall(b *testing.B) {
 			})
 		}
 	}
-}
-
-// twoThreadsTB is twoThreads for benchmarks.
-func twoThreadsTB(t testing.TB, cfg Config, reg func(*dsfabric.Handlers), receiver, sender func(m *Messengers) error) {
-	job(t, 1, 2, "shm", cfg, reg, func(m *Messengers) error {
-		if m.ID() == 0 {
-			return receiver(m)
-		}
-		return sender(m)
-	})
 }

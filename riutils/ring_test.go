@@ -16,7 +16,7 @@ import (
 
 // twoThreads runs sender (thread 1) and receiver (thread 0) bodies in one
 // process, where both rings can be inspected.
-func twoThreads(t *testing.T, cfg Config, reg func(*dsfabric.Handlers), receiver, sender func(m *Messengers) error) {
+func twoThreads(t testing.TB, cfg Config, reg func(*dsfabric.Handlers), receiver, sender func(m *Messengers) error) {
 	job(t, 1, 2, "", cfg, reg, func(m *Messengers) error {
 		if m.ID() == 0 {
 			return receiver(m)
