@@ -27,6 +27,10 @@ import (
 // and prints "RESULT ok" or "RESULT <failure>". The test relays the lines.
 const peerEnv = "SERIEMA_DTUTILS_PEER" // role,transport,rank[,listen]
 
+// peerProviders makes the providers of build-tagged transports (ofi) in
+// peer processes, from the spec fields after the rank.
+var peerProviders = map[string]func(proc *Process, args []string) (Provider, error){}
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(peerEnv); spec != "" {
 		os.Exit(peerMain(spec))
@@ -65,6 +69,12 @@ func peerMain(spec string) int {
 			c.Listen = parts[3]
 		}
 		prov, err = NewTCP(proc, c)
+	default:
+		mk := peerProviders[transport]
+		if mk == nil {
+			return fail("transport %q not in this build", transport)
+		}
+		prov, err = mk(proc, parts[3:])
 	}
 	if err != nil {
 		return fail("provider: %v", err)
@@ -112,6 +122,11 @@ func peerMain(spec string) int {
 	word := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mine[off])) }
 
 	switch role {
+	case "hold":
+		// Stay connected, serving the parent's operations, until killed.
+		fmt.Println("READY")
+		line()
+		return 0
 	case "atomics":
 		// A write and a read-back of a rank-specific pattern.
 		src, _ := region.Memory(1<<20, 4096)

@@ -32,6 +32,9 @@ var (
 	// ErrBadFrame: a tcp frame from the peer is malformed; the connection is
 	// dropped.
 	ErrBadFrame = errors.New("dtutils: malformed frame")
+	// ErrOFIUnavailable: the build has no libfabric provider (build with
+	// -tags ofi), or libfabric found no provider matching the configuration.
+	ErrOFIUnavailable = errors.New("dtutils: libfabric (ofi) provider unavailable")
 	// ErrBadConfig: a configuration field is out of range.
 	ErrBadConfig = errors.New("dtutils: bad config")
 )

@@ -40,3 +40,7 @@ func (f *fifo[T]) peek() (T, bool) {
 	}
 	return f.buf[f.head], true
 }
+
+// front returns the oldest element, to update in place; the fifo must not
+// be empty.
+func (f *fifo[T]) front() *T { return &f.buf[f.head] }

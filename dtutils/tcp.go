@@ -207,6 +207,10 @@ type tcpQP struct {
 
 	rx tcpRx
 
+	// link, when set, carries the frames instead of a socket: the ofi
+	// provider runs this same frame engine over libfabric messages.
+	link frameLink
+
 	hint      chan struct{} // Process.Idle: watch now
 	done      chan struct{}
 	closeOnce sync.Once
@@ -255,12 +259,30 @@ func (q *tcpQP) Connect(remote []byte) error {
 	if err := q.adopt(c); err != nil {
 		return fmt.Errorf("%w: connection to rank %d: %v", ErrConnectionLost, ep.rank, err)
 	}
-	q.peerRank = ep.rank
+	q.start(ep.rank)
+	go q.engine()
+	return nil
+}
+
+// start makes a connected queue pair live: its frames flow, and polling
+// threads drive it.
+func (q *tcpQP) start(peer uint32) {
+	q.peerRank = peer
 	q.rx.buf = make([]byte, tcpReadBuffer)
 	q.connected.Store(true)
 	q.prov.proc.progress.add(q)
-	go q.engine()
-	return nil
+}
+
+// frameLink is what the frame engine moves bytes over when it is not a tcp
+// socket (the ofi provider). Both calls are non-blocking.
+type frameLink interface {
+	// io reads into b or writes from b. It returns unix.EAGAIN when
+	// nothing can move now, net.ErrClosed once shut, and never (0, nil).
+	io(write bool, b []byte) (int, error)
+	// kick asks whoever makes progress when no thread polls to look now.
+	kick()
+	// shut releases the link; it is called once, when the queue pair fails.
+	shut()
 }
 
 // adopt takes the socket of c out of Go's network poller: it keeps a
@@ -374,6 +396,10 @@ func (q *tcpQP) appendFrame(f *frame, payload []byte) {
 
 // kick wakes the engine from poll(2) when it watches the socket.
 func (q *tcpQP) kick() {
+	if q.link != nil {
+		q.link.kick()
+		return
+	}
 	if !q.watching.Load() || q.kicked.Swap(true) {
 		return
 	}
@@ -403,6 +429,9 @@ func (q *tcpQP) takeOutput() bool {
 // sysIO is one non-blocking write (or read) on the socket, which fdmu keeps
 // from being closed under it.
 func (q *tcpQP) sysIO(write bool, b []byte) (int, error) {
+	if q.link != nil {
+		return q.link.io(write, b)
+	}
 	q.fdmu.RLock()
 	defer q.fdmu.RUnlock()
 	switch {
@@ -905,6 +934,9 @@ func (q *tcpQP) fail(err error) {
 	q.mu.Unlock()
 	q.closeOnce.Do(func() { close(q.done) })
 	q.prov.proc.progress.remove(q)
+	if q.link != nil {
+		q.link.shut()
+	}
 	if q.fd >= 0 {
 		q.kick() // out of poll(2), which a close does not end
 		q.fdmu.Lock()

@@ -79,6 +79,11 @@ func (m memT) m(t testing.TB, n int) alloc.Memory {
 // complete with StatusConnectionLost; later posts fail; nothing hangs.
 func TestTCPPeerDiesMidStream(t *testing.T) {
 	a, b := tcpPair(t)
+	peerDiesMidStream(t, a, b)
+}
+
+// peerDiesMidStream closes b's provider while a streams writes to it.
+func peerDiesMidStream(t *testing.T, a, b side) {
 	src := a.mem(t, 0, 4096)
 	dst := b.loc(t, 0, 4096)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

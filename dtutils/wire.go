@@ -66,14 +66,16 @@ func getRecvCompl(b []byte) Completion {
 
 // Endpoints: what one side of a queue pair gives the other to connect.
 //
-//	0 u8 transport (1 loop, 2 shm, 3 tcp)   1 u8 version (1)   2 u16 reserved
+//	0 u8 transport (1 loop, 2 shm, 3 tcp, 4 ofi)   1 u8 version (1)   2 u16 reserved
 //	4 u32 process rank   8 u64 token (queue pair identity)
 //	16 u32 srq region   20 u32 reserved   24 u64 srq key        (shm; zero otherwise)
-//	32 u16 address length   34 address bytes (shm: unix socket path; tcp: host:port)
+//	32 u16 address length   34 address bytes (shm: unix socket path; tcp:
+//	host:port; ofi: the libfabric endpoint name from fi_getname, raw)
 const (
 	transportLoop = 1
 	transportSHM  = 2
 	transportTCP  = 3
+	transportOFI  = 4
 
 	endpointVersion = 1
 	endpointFixed   = 34
@@ -223,4 +225,54 @@ func parseFrame(b []byte, maxPayload int) (frame, error) {
 		return frame{}, fmt.Errorf("%w: %v frame with %d payload bytes, want %d", ErrBadFrame, op, f.payload, want)
 	}
 	return f, nil
+}
+
+// ofi messages. The ofi provider runs the tcp frame stream over libfabric
+// messages (fi_send into receive buffers the target posted); every message
+// starts with a 16-byte header:
+//
+//	0  u64 token of the destination queue pair
+//	8  u8  kind (1: frame bytes follow; 2: the sender closed its queue
+//	       pair; 3: a probe, sent while answers are overdue, to learn
+//	       whether the peer is still there; 4: the answer to a probe)
+//	9  u8[3] reserved
+//	12 u32 sequence number of the message in its queue pair's stream
+//
+// Frame bytes are the next part of the stream of tcp frames (above); a
+// frame may span messages. Receives may complete out of order (a large
+// message that the provider moves by rendezvous completes after a small
+// one sent later), so the receiver puts messages back in sequence order.
+const (
+	ofiHeader    = 16
+	ofiKindData  = 1
+	ofiKindClose = 2
+	ofiKindProbe = 3
+	ofiKindAck   = 4
+)
+
+type ofiMsgHeader struct {
+	token uint64
+	kind  uint8
+	seq   uint32
+}
+
+func (h ofiMsgHeader) put(b []byte) {
+	binary.LittleEndian.PutUint64(b[0:], h.token)
+	b[8], b[9], b[10], b[11] = h.kind, 0, 0, 0
+	binary.LittleEndian.PutUint32(b[12:], h.seq)
+}
+
+// parseOFIHeader decodes a message header; the bytes after it are the body.
+func parseOFIHeader(b []byte) (ofiMsgHeader, error) {
+	if len(b) < ofiHeader {
+		return ofiMsgHeader{}, fmt.Errorf("%w: %d-byte ofi message", ErrBadFrame, len(b))
+	}
+	h := ofiMsgHeader{token: binary.LittleEndian.Uint64(b[0:]), kind: b[8], seq: binary.LittleEndian.Uint32(b[12:])}
+	if b[9]|b[10]|b[11] != 0 {
+		return ofiMsgHeader{}, fmt.Errorf("%w: reserved ofi header bytes set", ErrBadFrame)
+	}
+	if h.kind < ofiKindData || h.kind > ofiKindAck || (h.kind != ofiKindData) != (len(b) == ofiHeader) {
+		return ofiMsgHeader{}, fmt.Errorf("%w: ofi message kind %d with %d bytes", ErrBadFrame, h.kind, len(b))
+	}
+	return h, nil
 }

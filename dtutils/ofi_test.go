@@ -1,0 +1,228 @@
+//go:build ofi
+
+package dtutils
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/internal/jobtest"
+)
+
+// The ofi provider runs the whole transport suite (TestTransportSuite,
+// the Transmitter hammer and the other tests that range over transports)
+// through ofiMake, and the cross-process, two-host and fault tests below.
+// The provider is FI_PROVIDER's, else tcp (tcp;ofi_rxm) on loopback.
+
+func ofiMake(t testing.TB, pa, pb *Process) (Provider, Provider) {
+	cfg := ofiTestConfig("")
+	a, err := NewOFI(pa, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewOFI(pb, cfg)
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// ofiTestConfig binds tcp to node, or to loopback when node is empty and
+// FI_PROVIDER does not choose otherwise.
+func ofiTestConfig(node string) OFIConfig {
+	cfg := DefaultOFIConfig()
+	cfg.Logger = quietLog
+	cfg.Node = node
+	if node == "" && cfg.Provider == "tcp" {
+		cfg.Node = "127.0.0.1"
+	}
+	return cfg
+}
+
+func init() {
+	transports = append(transports, struct {
+		name string
+		make func(t testing.TB, pa, pb *Process) (Provider, Provider)
+	}{"ofi", ofiMake})
+	peerProviders["ofi"] = func(proc *Process, args []string) (Provider, error) {
+		node := ""
+		if len(args) > 0 {
+			node = args[0]
+		}
+		return NewOFI(proc, ofiTestConfig(node))
+	}
+}
+
+func TestOFICrossProcess(t *testing.T) {
+	t.Run("Atomics", func(t *testing.T) {
+		runPeers(t, startPeer(t, "atomics,ofi,0"), startPeer(t, "atomics,ofi,1"))
+	})
+	t.Run("SealVisibility", func(t *testing.T) {
+		runPeers(t, startPeer(t, "seal-recv,ofi,0"), startPeer(t, "seal-send,ofi,1"))
+	})
+}
+
+// TestOFITwoHostsOverNetns: as TestTwoHostsOverNetns, over libfabric's tcp
+// provider bound to each namespace's address.
+func TestOFITwoHostsOverNetns(t *testing.T) {
+	if p := DefaultOFIConfig().Provider; p != "tcp" {
+		t.Skipf("FI_PROVIDER=%s does not cross network namespaces", p)
+	}
+	h := jobtest.TwoHosts(t)
+	a := startPeer(t, "atomics,ofi,0,"+h.Addr[0], h.IP, "netns", "exec", h.NS[0])
+	b := startPeer(t, "atomics,ofi,1,"+h.Addr[1], h.IP, "netns", "exec", h.NS[1])
+	runPeers(t, a, b)
+}
+
+func TestOFIPeerClosesMidStream(t *testing.T) {
+	a, b := connectPair(t, ofiMake, nil)
+	peerDiesMidStream(t, a, b)
+}
+
+// TestOFIPeerKilled: a peer process killed while operations are in flight
+// (no close message, its sockets reset by the kernel) makes them complete
+// with StatusConnectionLost, or later posts fail; nothing hangs.
+func TestOFIPeerKilled(t *testing.T) {
+	proc := newProcess(t, 0, nil)
+	cfg := ofiTestConfig("")
+	cfg.PeerTimeout = time.Second
+	prov, err := NewOFI(proc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+	qp, err := prov.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	region, err := proc.Registry().NewRegion(1<<20, alloc.RegionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := startPeer(t, "hold,ofi,1")
+	f := strings.Fields(peer.next(t, 30*time.Second))
+	if len(f) != 3 || f[0] != "EP" {
+		t.Fatalf("peer said %q", f)
+	}
+	ep, _ := hex.DecodeString(f[1])
+	lb, _ := hex.DecodeString(f[2])
+	var remote alloc.Locator
+	if err := remote.UnmarshalBinary(lb); err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := region.Locator(0, 1<<20)
+	wb, _ := whole.MarshalBinary()
+	fmt.Fprintf(peer.stdin, "EP %s %s\n", hex.EncodeToString(qp.Endpoint()), hex.EncodeToString(wb))
+	if err := qp.Connect(ep); err != nil {
+		t.Fatal(err)
+	}
+	if l := peer.next(t, 30*time.Second); l != "READY" {
+		t.Fatalf("peer said %q", l)
+	}
+	src, _ := region.Memory(0, 4096)
+	dst, _ := remote.Sub(0, 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var cs [64]Completion
+	ok, lost, posted := 0, 0, 0
+	for i := 0; ; i++ {
+		if i == 200 {
+			// A read the peer took and never answers, and nothing posted
+			// after it: only a probe can tell the peer is gone.
+			peer.cmd.Process.Signal(syscall.SIGSTOP)
+			for t0 := time.Now(); !stopped(peer.cmd.Process.Pid); time.Sleep(time.Millisecond) {
+				if time.Since(t0) > 5*time.Second {
+					t.Fatal("peer did not stop")
+				}
+			}
+			if err := qp.Post(WorkRequest{Op: OpRead, WRID: 1000, Signaled: true, Local: src, Remote: dst}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			peer.cmd.Process.Kill()
+			n, err := qp.CQ().Wait(ctx, cs[:1])
+			if err != nil || n != 1 || cs[0].Status != StatusConnectionLost || cs[0].WRID != 1000 {
+				t.Fatalf("read pending at the kill: %v %+v", err, cs[0])
+			}
+			break
+		}
+		op := OpWrite
+		if i%2 == 1 {
+			op = OpRead // needs an answer: a hang if the loss went unnoticed
+		}
+		err := qp.Post(WorkRequest{Op: op, WRID: uint64(i), Signaled: true, Local: src, Remote: dst})
+		if errors.Is(err, ErrConnectionLost) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		posted++
+		n, err := qp.CQ().Wait(ctx, cs[:])
+		if err != nil {
+			t.Fatalf("hang after the peer was killed: %d posted, %d ok, %d lost: %v", posted, ok, lost, err)
+		}
+		for _, c := range cs[:n] {
+			switch c.Status {
+			case StatusSuccess:
+				ok++
+			case StatusConnectionLost:
+				lost++
+			default:
+				t.Fatalf("unexpected %+v", c)
+			}
+		}
+		if lost > 0 {
+			break
+		}
+	}
+	if ok < 200 {
+		t.Fatalf("only %d operations completed before the kill", ok)
+	}
+	if err := qp.Post(WorkRequest{Op: OpNop, Signaled: true}); !errors.Is(err, ErrConnectionLost) {
+		t.Fatalf("post after the loss: %v", err)
+	}
+	t.Logf("%d operations ok before the kill; the read pending at the kill reported lost", ok)
+}
+
+func TestOFIConfig(t *testing.T) {
+	proc := newProcess(t, 0, nil)
+	for _, c := range []OFIConfig{{MessageSize: 100}, {ReceiveBuffers: 1}, {SendBuffers: 1 << 20}} {
+		if _, err := NewOFI(proc, c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	if _, err := NewOFI(proc, OFIConfig{Provider: "no-such-provider"}); !errors.Is(err, ErrOFIUnavailable) {
+		t.Errorf("unknown provider: %v", err)
+	}
+	if os.Getenv("FI_PROVIDER") == "" {
+		p, err := NewOFI(proc, ofiTestConfig(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if name := p.(*ofiProvider).ProviderName(); !strings.HasPrefix(name, "tcp") {
+			t.Errorf("default provider %q, want tcp", name)
+		}
+	}
+}
+
+// stopped reports whether process pid is stopped (state T in /proc).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'T'
+}
