@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/seriema-go/seriema/dtutils"
 	"github.com/seriema-go/seriema/numa"
 )
 
@@ -27,9 +28,17 @@ type Config struct {
 	// shared memory is provably reachable (it runs on a machine with the same
 	// host name and boot ID, and its shm socket hands over a probe region
 	// whose nonce checks out, both ways), tcp otherwise — or "shm" or "tcp"
-	// to force one (forced shm fails at Start, naming the unreachable rank).
-	// Default "". Fabric.Transport tells what was chosen.
+	// to force one (forced shm fails at Start, naming the unreachable rank),
+	// or "ofi" for libfabric between every pair (builds with -tags ofi
+	// only; see OFIProvider). Default "". Fabric.Transport tells what was
+	// chosen.
 	Transport string
+	// OFIProvider is the libfabric provider of Transport "ofi": "tcp",
+	// "shm", "verbs", "efa", "cxi", ... Default: the environment's
+	// FI_PROVIDER, else "tcp". With tcp, endpoints bind to the address
+	// this rank reached the coordinator from (several machines) or to
+	// loopback (one machine), as the tcp transport does.
+	OFIProvider string
 	// Handlers holds the handlers; register them before Start, identically in
 	// every process. Default: an empty set (see Fabric.Handlers).
 	Handlers *Handlers
@@ -120,8 +129,10 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: HotPeriod %v must be in (0, 1s]", ErrBadConfig, c.HotPeriod)
 	case c.ServiceThreads < 1:
 		return fmt.Errorf("%w: ServiceThreads %d", ErrBadConfig, c.ServiceThreads)
-	case c.Transport != "" && c.Transport != "shm" && c.Transport != "tcp":
-		return fmt.Errorf("%w: Transport %q (want \"\", shm or tcp)", ErrBadConfig, c.Transport)
+	case c.Transport != "" && c.Transport != "shm" && c.Transport != "tcp" && c.Transport != "ofi":
+		return fmt.Errorf("%w: Transport %q (want \"\", shm, tcp or ofi)", ErrBadConfig, c.Transport)
+	case c.Transport == "ofi" && !dtutils.OFIAvailable:
+		return fmt.Errorf("%w: Transport ofi needs a build with -tags ofi: %w", ErrBadConfig, dtutils.ErrOFIUnavailable)
 	case c.MaxMessage < callHeader+2*locSize || c.MaxMessage > 1<<30:
 		return fmt.Errorf("%w: MaxMessage %d", ErrBadConfig, c.MaxMessage)
 	case c.RecvBuffers < 1 || c.RecvBuffers > 1<<16:

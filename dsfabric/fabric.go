@@ -253,7 +253,7 @@ func (f *Fabric) prepare() error {
 	if f.proc, err = dtutils.NewProcess(pc); err != nil {
 		return err
 	}
-	if f.cfg.Transport == "tcp" || f.names.Size == 1 {
+	if f.cfg.Transport == "tcp" || f.cfg.Transport == "ofi" || f.names.Size == 1 {
 		return nil
 	}
 	shm, err := dtutils.NewSHM(f.proc, dtutils.SHMConfig{Logger: f.log})
@@ -352,6 +352,28 @@ func (f *Fabric) tcpConfig() dtutils.TCPConfig {
 	return tc
 }
 
+// ofiConfig configures the ofi transport: the provider of
+// Config.OFIProvider, and for tcp the address to bind, chosen as
+// tcpConfig chooses what to advertise.
+func (f *Fabric) ofiConfig() dtutils.OFIConfig {
+	oc := dtutils.DefaultOFIConfig()
+	oc.Logger = f.log
+	if f.cfg.OFIProvider != "" {
+		oc.Provider = f.cfg.OFIProvider
+	}
+	if !strings.HasPrefix(oc.Provider, "tcp") && oc.Provider != "sockets" {
+		return oc // fabrics with their own addressing (verbs, efa, cxi, shm)
+	}
+	tc := f.tcpConfig()
+	switch host, _, err := net.SplitHostPort(tc.Listen); {
+	case tc.AdvertiseHost != "":
+		oc.Node = tc.AdvertiseHost
+	case err == nil && host != "" && !net.ParseIP(host).IsUnspecified():
+		oc.Node = host
+	}
+	return oc
+}
+
 // reachableHost returns an address of this rank that its peers reach: the
 // local address of its coordinator connection (rank 0: of rank 1's).
 func (f *Fabric) reachableHost() string {
@@ -380,7 +402,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 		shmWith[r] = true
 	}
 	var err error
-	var tcp dtutils.Provider
+	var tcp, ofi dtutils.Provider
 	f.peers = make([]*peer, size)
 	f.transports = make([]string, size)
 	f.transports[f.rank] = "loop"
@@ -398,7 +420,17 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 		}
 		var prov dtutils.Provider
 		code := uint8(transportSHM)
-		if !shmWith[r] {
+		switch {
+		case f.cfg.Transport == "ofi":
+			if ofi == nil {
+				if ofi, err = dtutils.NewOFI(f.proc, f.ofiConfig()); err != nil {
+					return nil, err
+				}
+				f.provs = append(f.provs, ofi)
+			}
+			prov, code = ofi, transportOFI
+			f.transports[r] = "ofi"
+		case !shmWith[r]:
 			if tcp == nil {
 				if tcp, err = dtutils.NewTCP(f.proc, f.tcpConfig()); err != nil {
 					return nil, err
@@ -407,7 +439,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 			}
 			prov, code = tcp, transportTCP
 			f.transports[r] = "tcp"
-		} else {
+		default:
 			prov = f.shm
 			f.transports[r] = "shm"
 		}
@@ -609,7 +641,7 @@ func (f *Fabric) Handlers() *Handlers { return f.handlers }
 func (f *Fabric) Process() *dtutils.Process { return f.proc }
 
 // Transport returns the transport this process uses to reach rank: "shm",
-// "tcp", or "loop" for itself (see Config.Transport for how it is chosen).
+// "tcp", "ofi", or "loop" for itself (see Config.Transport for how it is chosen).
 func (f *Fabric) Transport(rank int) string {
 	if rank < 0 || rank >= len(f.transports) {
 		return ""
@@ -618,7 +650,7 @@ func (f *Fabric) Transport(rank int) string {
 }
 
 // Transports summarises the transports this process uses to its peers:
-// "shm", "tcp", "shm+tcp", or "loop" in a job of one process.
+// "shm", "tcp", "shm+tcp", "ofi", or "loop" in a job of one process.
 func (f *Fabric) Transports() string {
 	seen := map[string]bool{}
 	for r, t := range f.transports {
@@ -627,6 +659,8 @@ func (f *Fabric) Transports() string {
 		}
 	}
 	switch {
+	case seen["ofi"]:
+		return "ofi"
 	case seen["shm"] && seen["tcp"]:
 		return "shm+tcp"
 	case seen["tcp"]:

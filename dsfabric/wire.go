@@ -209,7 +209,7 @@ func decodeEndpoints(b []byte, typ uint8, size int) ([]epEntry, error) {
 	var es []epEntry
 	for i := 0; i < int(n) && r.err == nil; i++ {
 		e := epEntry{peer: r.u32(), transport: r.u8(), ep: r.str()}
-		if r.err == nil && (int(e.peer) >= size || (e.transport != transportSHM && e.transport != transportTCP)) {
+		if r.err == nil && (int(e.peer) >= size || (e.transport < transportSHM || e.transport > transportOFI)) {
 			return nil, fmt.Errorf("%w: endpoint for rank %d over transport %d", ErrBadMessage, e.peer, e.transport)
 		}
 		es = append(es, e)
@@ -220,6 +220,7 @@ func decodeEndpoints(b []byte, typ uint8, size int) ([]epEntry, error) {
 const (
 	transportSHM = 1
 	transportTCP = 2
+	transportOFI = 3
 )
 
 // ---- calls (send-based messages between ranks) ----

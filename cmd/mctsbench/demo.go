@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
 	"github.com/seriema-go/seriema/mcts"
 	"github.com/seriema-go/seriema/riutils"
 )
@@ -75,7 +76,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.IntVar(&o.visits, "visits", demoDefaultVisits, "rollouts (visits) per move")
 	fs.IntVar(&o.playouts, "playouts", 16, "random playouts per evaluated leaf")
 	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
-	fs.StringVar(&o.transport, "transport", "", "\"\" (automatic per pair: shm where shared memory is provably reachable, else tcp), shm or tcp")
+	fs.StringVar(&o.transport, "transport", "", "\"\" (automatic per pair: shm where shared memory is provably reachable, else tcp), shm, tcp or ofi (builds with -tags ofi)")
 	fs.Float64Var(&o.c, "c", 1.0, "UCB exploration constant")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
 	fs.BoolVar(&o.seq, "seq", false, "run the sequential baseline (no fabric) instead")
@@ -94,8 +95,14 @@ func (o demoOpts) searchConfig() (mcts.Config, error) {
 	default:
 		return cfg, fmt.Errorf("unknown -mode %q (want trad or ovfl)", o.mode)
 	}
-	if o.transport != "" && o.transport != "shm" && o.transport != "tcp" {
-		return cfg, fmt.Errorf("unknown -transport %q (want shm, tcp, or empty for automatic)", o.transport)
+	switch o.transport {
+	case "", "shm", "tcp":
+	case "ofi":
+		if !dtutils.OFIAvailable {
+			return cfg, fmt.Errorf("-transport ofi needs mctsbench built with -tags ofi (make build-ofi)")
+		}
+	default:
+		return cfg, fmt.Errorf("unknown -transport %q (want shm, tcp, ofi, or empty for automatic)", o.transport)
 	}
 	if o.procs < 1 || o.threads < 1 {
 		return cfg, fmt.Errorf("-procs and -threads must be at least 1")

@@ -39,7 +39,7 @@ func idle(args []string, stdout, stderr io.Writer) int {
 	procs := fs.Int("procs", 2, "processes (self-launched)")
 	window := fs.Duration("duration", 10*time.Second, "measurement window")
 	hot := fs.Duration("hot", 0, "Config.HotPeriod of the job (0: the default)")
-	transport := fs.String("transport", "", "\"\" (automatic), shm or tcp")
+	transport := fs.String("transport", "", "\"\" (automatic), shm, tcp or ofi")
 	wakes := fs.Int("wakes", 20, "round trips to a worker idle for 100 ms before each")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	if err := fs.Parse(args); err != nil {

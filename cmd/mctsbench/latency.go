@@ -33,7 +33,7 @@ func latency(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	size := fs.Int("size", 8, "argument and result bytes")
 	n := fs.Int("n", 100000, "round trips (the first 10% are warm-up, not counted)")
-	transport := fs.String("transport", "", "\"\" (automatic: shm on one machine), shm, tcp, or tcp-plain (a plain Go TCP ping-pong, the peer to compare with)")
+	transport := fs.String("transport", "", "\"\" (automatic: shm on one machine), shm, tcp, ofi, or tcp-plain (a plain Go TCP ping-pong, the peer to compare with)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -3,13 +3,13 @@
 //
 //	mctsbench demo    [-procs P] [-threads T] [-board N] [-visits V] [-moves M] ...
 //	mctsbench micro   [-mode raw,send,write,trad,ovfl] [-sizes 8,64,256] [-n N]
-//	                  [-reps R] [-transport shm|tcp] [-json]
+//	                  [-reps R] [-transport shm|tcp|ofi] [-json]
 //	mctsbench latency [-size 8] [-n N] [-json]
 //	mctsbench htp     (Hex engine on stdin/stdout)
 //	mctsbench scale   [-configs seq,1x1,1x2,2x1] [-visits V] [-moves M] [-png F] [-json]
 //	mctsbench report  [-dir bench-results] [-doc docs/benchmarks.md] [-img docs/img]
-//	mctsbench soak    [-procs 3] [-threads 2] [-duration 30s] [-transport shm|tcp] [-json]
-//	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp] [-json]
+//	mctsbench soak    [-procs 3] [-threads 2] [-duration 30s] [-transport shm|tcp|ofi] [-json]
+//	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
 //
 // See DESIGN.md §8.
 package main
@@ -75,7 +75,7 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	sizes := fs.String("sizes", "8,64,256", "comma-separated record sizes in bytes (multiples of 8)")
 	n := fs.Int("n", 500000, "records per repetition (the first 10% are warm-up, not timed)")
 	reps := fs.Int("reps", 3, "repetitions; the median is reported")
-	transport := fs.String("transport", "", "\"\" (automatic per pair for the fabric modes; shm for raw and limit), shm or tcp")
+	transport := fs.String("transport", "", "\"\" (automatic per pair for the fabric modes; shm for raw and limit), shm, tcp or ofi (builds with -tags ofi; provider from FI_PROVIDER)")
 	procs := fs.Int("procs", 2, "processes of the send benchmark (self-launched; mpirun/srun set their own)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN (the second process of raw and limit: FILE.peer)")

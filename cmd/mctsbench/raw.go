@@ -124,8 +124,14 @@ func newRawEndpoint(rank uint32, transport string) (*rawEndpoint, error) {
 		e.prov, err = dtutils.NewSHM(proc, dtutils.SHMConfig{})
 	case "tcp":
 		e.prov, err = dtutils.NewTCP(proc, dtutils.DefaultTCPConfig())
+	case "ofi":
+		oc := dtutils.DefaultOFIConfig()
+		if strings.HasPrefix(oc.Provider, "tcp") {
+			oc.Node = "127.0.0.1" // both processes are on this machine
+		}
+		e.prov, err = dtutils.NewOFI(proc, oc)
 	default:
-		err = fmt.Errorf("unknown transport %q (want shm or tcp)", transport)
+		err = fmt.Errorf("unknown transport %q (want shm, tcp or ofi)", transport)
 	}
 	if err == nil {
 		e.qp, err = e.prov.NewQueuePair()

@@ -367,7 +367,7 @@ func soak(args []string, stdout, stderr io.Writer) int {
 	procs := fs.Int("procs", 3, "processes (self-launched)")
 	threads := fs.Int("threads", 2, "worker threads per process")
 	duration := fs.Duration("duration", 30*time.Second, "how long every thread keeps calling")
-	transport := fs.String("transport", "", "\"\" (automatic), shm or tcp")
+	transport := fs.String("transport", "", "\"\" (automatic), shm, tcp or ofi")
 	asJSON := fs.Bool("json", false, "print one JSON object per rank")
 	if err := fs.Parse(args); err != nil {
 		return 2
