@@ -6,7 +6,7 @@ FUZZTIME ?= 30s
 # The race detector slows the suite about 5×; it still fits 10 minutes on 2 cores.
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: all build demo test lint vet fmt-check bench fuzz setup clean soak mutate
+.PHONY: all build build-ofi demo test lint vet fmt-check bench fuzz setup clean soak mutate
 
 all: build
 
@@ -17,6 +17,11 @@ $(BIN)/mctsbench: FORCE
 	@mkdir -p $(BIN)
 	$(GO) build -o $@ ./cmd/mctsbench
 FORCE:
+
+# mctsbench with the ofi transport (libfabric; needs cgo and libfabric-dev).
+build-ofi:
+	@mkdir -p $(BIN)
+	$(GO) build -tags ofi -o $(BIN)/mctsbench ./cmd/mctsbench
 
 # Runs the distributed MCTS Hex demo on the embedded default (self-launched
 # processes over shared memory).
@@ -31,9 +36,11 @@ setup:
 # late transport, which runs the whole protocol) and the messenger
 # sequence test (10 M calls per sender) also run at full size without the
 # race detector, which would make them take many minutes; then a 30-second
-# soak of every primitive, and the bench/peers module's own tests.
+# soak of every primitive, and the bench/peers module's own tests. The
+# ofi provider (build tag ofi, libfabric) is tested by scripts/test-ofi.sh.
 test: setup lint $(BIN)/mctsbench
 	$(GO) test $(TESTFLAGS) ./...
+	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" sh scripts/test-ofi.sh
 	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
 	SERIEMA_FULL=1 $(GO) test -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
 	$(BIN)/mctsbench soak -procs 3 -threads 2 -duration 30s

@@ -15,7 +15,7 @@ import (
 // (SIGKILL, in the handler) while a send-based CallReturn waits for its
 // reply; the caller gets ErrRankDead within seconds, over shm and tcp.
 func TestCallReturnCalleeKilled(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
 			h := NewHandlers()
 			die, _ := h.Register("die", func(c *Call, a []byte) ([]byte, error) {

@@ -78,7 +78,7 @@ type addRes struct {
 // TestPrimitives (paper Table 1, send-based): every primitive between every
 // pair of threads, with 2 and 4 ranks over shm and tcp.
 func TestPrimitives(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range testTransports {
 		for _, procs := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s-%d", tr, procs), func(t *testing.T) { primitives(t, procs, tr) })
 		}

@@ -3,6 +3,7 @@ package dsfabric
 import (
 	"context"
 	"errors"
+	"github.com/seriema-go/seriema/dtutils"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,5 +50,24 @@ func TestConfigHotPeriod(t *testing.T) {
 		if err := c.fill(); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("HotPeriod %v accepted: %v", d, err)
 		}
+	}
+}
+
+// TestConfigTransport: the transports Start knows, and ofi only in builds
+// that have it.
+func TestConfigTransport(t *testing.T) {
+	for _, tr := range []string{"", "shm", "tcp"} {
+		c := Config{Transport: tr}
+		if err := c.fill(); err != nil {
+			t.Errorf("Transport %q: %v", tr, err)
+		}
+	}
+	c := Config{Transport: "ofi"}
+	if err := c.fill(); (err == nil) != dtutils.OFIAvailable || err != nil && !errors.Is(err, dtutils.ErrOFIUnavailable) {
+		t.Errorf("Transport ofi with OFIAvailable %v: %v", dtutils.OFIAvailable, err)
+	}
+	c = Config{Transport: "verbs"}
+	if err := c.fill(); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("Transport verbs accepted: %v", err)
 	}
 }

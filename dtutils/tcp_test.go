@@ -195,7 +195,7 @@ func FuzzEndpoint(f *testing.F) {
 	f.Add(endpoint{transport: transportSHM, rank: 1, token: 2, srqRegion: 3, srqKey: 4, addr: "/tmp/x.sock"}.marshal())
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, tr := range []uint8{transportLoop, transportSHM, transportTCP} {
+		for _, tr := range []uint8{transportLoop, transportSHM, transportTCP, transportOFI} {
 			ep, err := parseEndpoint(data, tr)
 			if err != nil {
 				if !errors.Is(err, ErrBadEndpoint) {
@@ -463,6 +463,37 @@ func TestTCPMalformedFramesFromPeer(t *testing.T) {
 		}
 		if !bytes.Equal(before, p.b.buf.Bytes()) {
 			t.Fatal("a refused write changed registered memory")
+		}
+	})
+}
+
+// FuzzOFIHeader: the ofi message header decodes only what encodes back the
+// same, with a known kind and a body exactly when the kind carries one.
+func FuzzOFIHeader(f *testing.F) {
+	for _, h := range []ofiMsgHeader{{token: 7, kind: ofiKindData, seq: 1}, {token: 9, kind: ofiKindClose, seq: 1 << 31}, {kind: ofiKindProbe}, {kind: ofiKindAck}} {
+		b := make([]byte, ofiHeader, ofiHeader+4)
+		h.put(b)
+		if h.kind == ofiKindData {
+			b = append(b, 1, 2, 3, 4)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{1, 2})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := parseOFIHeader(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error not wrapping ErrBadFrame: %v", err)
+			}
+			return
+		}
+		if h.kind < ofiKindData || h.kind > ofiKindAck || (h.kind == ofiKindData) != (len(data) > ofiHeader) {
+			t.Fatalf("accepted %+v with %d bytes", h, len(data))
+		}
+		var again [ofiHeader]byte
+		h.put(again[:])
+		if !bytes.Equal(again[:], data[:ofiHeader]) {
+			t.Fatal("re-encoding differs")
 		}
 	})
 }

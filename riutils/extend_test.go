@@ -24,7 +24,7 @@ func pattern(b []byte, seed int) {
 // exactly those bytes; a Synchronizer is counted down by the callee's
 // one-sided FetchAdd once each call ran. Over shm and tcp.
 func TestOneSidedCallVariants(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
 			var hGet, hCheck, hCount, hStop dsfabric.HandlerID
 			var stop atomic.Bool

@@ -101,7 +101,7 @@ func (s *sequence) handler(c *dsfabric.Call, args []byte) ([]byte, error) {
 // duplicated or reordered per sender.
 func TestMessengerSequence(t *testing.T) {
 	for _, mode := range []string{"write", "trad", "ovfl"} {
-		for _, tr := range []string{"shm", "tcp"} {
+		for _, tr := range testTransports {
 			for _, senders := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s-%s-%dto1", mode, tr, senders), func(t *testing.T) { sequenceJob(t, mode, tr, senders) })
 			}

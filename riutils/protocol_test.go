@@ -181,7 +181,7 @@ func TestGrowthInTheMiddle(t *testing.T) {
 // deliver every call, 1 → 1 and 2 → 1, over shm and tcp.
 func TestFlushDeliversEveryCall(t *testing.T) {
 	for _, mode := range []Mode{Trad, Ovfl} {
-		for _, tr := range []string{"shm", "tcp"} {
+		for _, tr := range testTransports {
 			for _, senders := range []int{1, 2} {
 				name := fmt.Sprintf("%s-%s-%dto1", map[Mode]string{Trad: "trad", Ovfl: "ovfl"}[mode], tr, senders)
 				t.Run(name, func(t *testing.T) { flushDelivers(t, mode, tr, senders) })

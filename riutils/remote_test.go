@@ -16,7 +16,7 @@ import (
 // processes over shm and tcp, typed and raw, with error results, unknown
 // handlers, results too big for the object, and a call to oneself.
 func TestCallReturnRemoteObject(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
 			var hInc, hFail, hBig, hStop dsfabric.HandlerID
 			var stop atomic.Bool

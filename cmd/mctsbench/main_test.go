@@ -128,7 +128,7 @@ func TestResultJSONSchema(t *testing.T) {
 // TestMicroRawSmoke runs the raw benchmark for real, cross-process, with a
 // tiny N, over both transports.
 func TestMicroRawSmoke(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
 			args := []string{"micro", "-mode", "raw", "-sizes", "8,256", "-n", "2000", "-reps", "1", "-transport", tr, "-json"}
 			runMicro(t, args, "raw", tr, 2)
@@ -170,7 +170,7 @@ func runMicro(t *testing.T, args []string, mode, tr string, want int) {
 // TestLatencySmoke runs the latency command for real with a tiny N and
 // checks its JSON schema (p50 ≤ p99 ≤ p99.9, all positive).
 func TestLatencySmoke(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp", "tcp-plain"} {
+	for _, tr := range append(testTransports[:len(testTransports):len(testTransports)], "tcp-plain") {
 		t.Run(tr, func(t *testing.T) {
 			mode := "call_return"
 			if tr == "tcp-plain" {

@@ -162,7 +162,7 @@ func TestScaleSmoke(t *testing.T) {
 // every primitive, sequence-checked; make test also runs it for 30 s
 // without the race detector.
 func TestSoakShort(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
 			args := []string{"soak", "-procs", "3", "-threads", "2", "-duration", "2s", "-transport", tr, "-json"}
 			t.Setenv(microArgsEnv, strings.Join(args, " "))

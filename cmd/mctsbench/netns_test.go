@@ -33,6 +33,18 @@ func hostRank(t *testing.T, h jobtest.Hosts, r int, privateTmp bool, port int, a
 	return cmd
 }
 
+// hostCases are TestDemoAcrossTwoHosts's jobs; builds with -tags ofi add
+// one over ofi (libfabric's tcp provider).
+var hostCases = []struct {
+	name, flag string
+	privateTmp bool
+	want       string
+}{
+	{"forced-tcp", "-transport tcp", false, "tcp"},
+	{"auto-separate-hosts", "", true, "tcp"},
+	{"auto-shared-tmp", "", false, "shm"},
+}
+
 // TestDemoAcrossTwoHosts: the demo (7×7, two moves) across two hosts, with
 // the transport forced to tcp and chosen automatically. Automatic means
 // tcp when each host has its own file system for temporary files (the
@@ -41,15 +53,7 @@ func hostRank(t *testing.T, h jobtest.Hosts, r int, privateTmp bool, port int, a
 // memory reachable, and it is).
 func TestDemoAcrossTwoHosts(t *testing.T) {
 	h := jobtest.TwoHosts(t)
-	for i, c := range []struct {
-		name, flag string
-		privateTmp bool
-		want       string
-	}{
-		{"forced-tcp", "-transport tcp", false, "tcp"},
-		{"auto-separate-hosts", "", true, "tcp"},
-		{"auto-shared-tmp", "", false, "shm"},
-	} {
+	for i, c := range hostCases {
 		t.Run(c.name, func(t *testing.T) {
 			args := strings.TrimSpace("demo -board 7 -moves 2 -visits 2000 -json " + c.flag)
 			port := 7100 + i

@@ -1,0 +1,5 @@
+//go:build ofi
+
+package dsfabric
+
+func init() { testTransports = append(testTransports, "ofi") }

@@ -1,0 +1,5 @@
+//go:build ofi
+
+package riutils
+
+func init() { testTransports = append(testTransports, "ofi") }

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Tests the ofi provider (libfabric, build tag "ofi") and checks that the
+# default build stays pure Go. The tagged pass runs the packages whose
+# tests range over transports, with the race detector: the transport
+# suite, the Transmitter hammer, cross-process, two-host (network
+# namespaces) and fault tests, dsfabric and riutils jobs, mctsbench's
+# smoke tests. Provider: FI_PROVIDER, else tcp (tcp;ofi_rxm).
+set -u
+GO=${GO:-go}
+TESTFLAGS=${TESTFLAGS:--race -timeout 15m}
+# The default build needs no C toolchain.
+if ! CGO_ENABLED=0 $GO build ./...; then
+	echo "test-ofi: the default build needs cgo" >&2
+	exit 1
+fi
+if [ ! -f /usr/include/rdma/fabric.h ] && ! pkg-config --exists libfabric 2>/dev/null; then
+	echo "test-ofi: SKIPPED: libfabric-dev is not installed (.ci/run installs it); the ofi provider is untested"
+	exit 0
+fi
+if ! command -v "${CC:-gcc}" >/dev/null 2>&1; then
+	echo "test-ofi: SKIPPED: no C compiler for cgo; the ofi provider is untested"
+	exit 0
+fi
+$GO vet -tags ofi ./... || exit 1
+# shellcheck disable=SC2086
+exec $GO test $TESTFLAGS -count=1 -tags ofi ./dtutils ./dsfabric ./riutils ./cmd/mctsbench
