@@ -290,10 +290,16 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 			return nil, err
 		}
 	}
+	inProcess.Store(string(p.name), p)
 	proc.progress.add(p)
 	go p.engine()
 	return p, nil
 }
+
+// inProcess maps the endpoint names of this OS process's open providers
+// to them, so that a queue pair between two of them (tests, mostly) can
+// keep its peer's endpoint open while it sends: see ofiQP.post.
+var inProcess sync.Map
 
 // fiErr turns a negative libfabric return into an error.
 func fiErr(ret int) error {
@@ -371,6 +377,7 @@ func (p *ofiProvider) Close() error {
 	}
 	close(p.done)
 	p.proc.progress.remove(p)
+	inProcess.Delete(string(p.name))
 	p.closeEP()
 	return nil
 }
@@ -633,8 +640,9 @@ func (q *ofiQP) control(kind uint8) {
 // tcpQP, linked to libfabric messages.
 type ofiQP struct {
 	*tcpQP
-	prov *ofiProvider
-	dest uint64 // the peer's fi_addr_t
+	prov  *ofiProvider
+	dest  uint64       // the peer's fi_addr_t
+	local *ofiProvider // the peer's provider, when it is in this process
 
 	seq uint32 // of the next message sent; wmu (or closing) holds it
 
@@ -690,6 +698,9 @@ func (q *ofiQP) Connect(remote []byte) error {
 		return fmt.Errorf("%w: ofi fi_av_insert of rank %d's address: %v", ErrBadEndpoint, ep.rank, fiErr(int(ret)))
 	}
 	q.dest = uint64(fa)
+	if l, ok := inProcess.Load(ep.addr); ok {
+		q.local = l.(*ofiProvider)
+	}
 	q.peerToken.Store(ep.token)
 	q.start(ep.rank)
 	return nil
@@ -796,15 +807,31 @@ func (q *ofiQP) send(b []byte) (int, error) {
 func (q *ofiQP) post(i, n int) error {
 	p := q.prov
 	for {
+		if l := q.local; l != nil {
+			// The peer endpoint is in this process: keep it open while we
+			// send (libfabric's shm provider faults writing to an
+			// endpoint of its own process that has closed).
+			l.epmu.RLock()
+			open := l.epOpen
+			if !open {
+				l.epmu.RUnlock()
+				p.sent(i)
+				return fmt.Errorf("%w: rank %d closed its provider", ErrConnectionLost, q.peerRank)
+			}
+		}
 		p.epmu.RLock()
-		if !p.epOpen {
-			p.epmu.RUnlock()
+		ret := C.ssize_t(-C.FI_ECANCELED)
+		if p.epOpen {
+			ret = C.sof_send(p.s, C.size_t((p.cfg.ReceiveBuffers+i)*p.cfg.MessageSize), C.size_t(n), C.uint64_t(q.dest), C.uint64_t(ofiCtxSend|i))
+		}
+		p.epmu.RUnlock()
+		if q.local != nil {
+			q.local.epmu.RUnlock()
+		}
+		switch {
+		case ret == -C.FI_ECANCELED:
 			p.sent(i)
 			return net.ErrClosed
-		}
-		ret := C.sof_send(p.s, C.size_t((p.cfg.ReceiveBuffers+i)*p.cfg.MessageSize), C.size_t(n), C.uint64_t(q.dest), C.uint64_t(ofiCtxSend|i))
-		p.epmu.RUnlock()
-		switch {
 		case ret == 0:
 			return nil
 		case ret == -C.FI_EAGAIN:
