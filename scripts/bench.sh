@@ -23,6 +23,21 @@ echo "== latency"
 { "$BIN/mctsbench" latency -size 8 -n 200000 -json
   "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp -json
   "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp-plain -json; } | tee "$OUT/latency.json"
+if [ -f /usr/include/rdma/fabric.h ] && command -v "${CC:-gcc}" >/dev/null 2>&1; then
+	echo "== libfabric (ofi, tcp and shm providers) beside our tcp and shm, one after the other"
+	$GO build -tags ofi -o "$BIN/mctsbench-ofi" ./cmd/mctsbench
+	m="-mode raw,write,trad,ovfl -sizes 8,64,256 -n 200000 -json"
+	{ for tr in shm tcp; do
+		# shellcheck disable=SC2086
+		"$BIN/mctsbench-ofi" micro $m -transport $tr
+		# shellcheck disable=SC2086
+		FI_PROVIDER=$tr "$BIN/mctsbench-ofi" micro $m -transport ofi
+		"$BIN/mctsbench-ofi" latency -size 8 -n 50000 -transport $tr -json
+		FI_PROVIDER=$tr "$BIN/mctsbench-ofi" latency -size 8 -n 50000 -transport ofi -json
+	done; } | tee "$OUT/ofi.json"
+else
+	echo "== libfabric (ofi): skipped, libfabric-dev or a C compiler is missing" | tee "$OUT/ofi.json"
+fi
 echo "== Go peers (net/rpc, gRPC) over a unix socket and over TCP"
 { "$BIN/peers" -json
   "$BIN/peers" -net tcp -mode grpc-unary,netrpc-unary -json; } | tee "$OUT/peers.json"

@@ -121,7 +121,7 @@ func runLatency(size, n int, transport string, stderr io.Writer) (*LatencyResult
 				err = m.Call(dst, hStop, nil)
 			}
 			if err == nil {
-				result <- &LatencyResult{Mode: "call_return", Size: size, Transport: f.Transports(), N: len(lat),
+				result <- &LatencyResult{Mode: "call_return", Size: size, Transport: resultTransport(f.Transports()), N: len(lat),
 					P50ns: percentile(lat, 50), P99ns: percentile(lat, 99), P999ns: percentile(lat, 99.9)}
 				w.Serve(context.Background())
 				return

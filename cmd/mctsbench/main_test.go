@@ -161,7 +161,7 @@ func runMicro(t *testing.T, args []string, mode, tr string, want int) {
 	}
 	for _, l := range lines {
 		var r Result
-		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != mode || r.Transport != tr || r.CallsPerS <= 0 {
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Mode != mode || r.Transport != resultTransport(tr) || r.CallsPerS <= 0 {
 			t.Fatalf("bad result %q: %v", l, err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestLatencySmoke(t *testing.T) {
 			p50, _ := r["p50_ns"].(float64)
 			p99, _ := r["p99_ns"].(float64)
 			p999, _ := r["p999_ns"].(float64)
-			if r["mode"] != mode || r["transport"] != tr || p50 <= 0 || p50 > p99 || p99 > p999 {
+			if r["mode"] != mode || r["transport"] != resultTransport(tr) || p50 <= 0 || p50 > p99 || p99 > p999 {
 				t.Fatalf("bad latency result %s", out.String())
 			}
 		})

@@ -34,6 +34,8 @@ type benchData struct {
 	peers   []Result        // netrpc, grpc-stream
 	scale   []ScaleResult
 	idle    []IdleResult
+	ofi     []Result        // ours and ofi's over shm and tcp, one after the other
+	ofiLat  []LatencyResult // the same, call-and-return latency
 	machine string
 	command string
 }
@@ -150,6 +152,23 @@ func loadBench(dir string) (*benchData, error) {
 	}
 	if d.idle, err = readLines[IdleResult](filepath.Join(dir, "idle.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
+	}
+	// ofi.json mixes throughput and latency lines.
+	mixed, err := readLines[map[string]any](filepath.Join(dir, "ofi.json"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	for _, m := range mixed {
+		b, _ := json.Marshal(m)
+		if _, ok := m["calls_per_s"]; ok {
+			var r Result
+			json.Unmarshal(b, &r)
+			d.ofi = append(d.ofi, r)
+		} else {
+			var l LatencyResult
+			json.Unmarshal(b, &l)
+			d.ofiLat = append(d.ofiLat, l)
+		}
 	}
 	return d, nil
 }
@@ -280,6 +299,31 @@ func (d *benchData) tcpSection(w *strings.Builder, lat map[string]LatencyResult)
 	w.WriteString("\n")
 }
 
+// ofiSection compares libfabric's providers with our transports of the
+// same kind, measured one after the other by one make bench.
+func (d *benchData) ofiSection(w *strings.Builder) {
+	if len(d.ofi) == 0 {
+		return
+	}
+	sizes := sizesOf(d.ofi)
+	w.WriteString("\n### libfabric (ofi) beside our transports, same run\n\n")
+	w.WriteString("`ofi-tcp` is the ofi provider over libfabric's `tcp;ofi_rxm`, `ofi-shm` over libfabric's `shm`; both carry our frames in libfabric messages (docs/design.md of dtutils: why not fi_write). Calls/s:\n\n| mode | size (B) | shm | ofi-shm | ofi-shm / shm | tcp | ofi-tcp | ofi-tcp / tcp |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range []string{"raw", "write", "trad", "ovfl"} {
+		for _, s := range sizes {
+			a, b := rate(d.ofi, m, "shm", s), rate(d.ofi, m, "ofi-shm", s)
+			c, e := rate(d.ofi, m, "tcp", s), rate(d.ofi, m, "ofi-tcp", s)
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %s | %.0f | %.0f | %s |\n", m, s, a, b, ratio(b, a), c, e, ratio(e, c))
+		}
+	}
+	if len(d.ofiLat) > 0 {
+		w.WriteString("\n| call_return, 8 B | p50 | p99 | p99.9 |\n|---|---:|---:|---:|\n")
+		for _, l := range d.ofiLat {
+			fmt.Fprintf(w, "| %s | %v | %v | %v |\n", l.Transport, time.Duration(l.P50ns), time.Duration(l.P99ns), time.Duration(l.P999ns))
+		}
+	}
+	w.WriteString("\n")
+}
+
 // markdown writes the generated part and returns the charts to draw.
 func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	var w strings.Builder
@@ -353,6 +397,7 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 		}
 	}
 	d.tcpSection(&w, lat)
+	d.ofiSection(&w)
 
 	// Peers
 	w.WriteString("\n### Against Go RPC (bench/peers, unix socket)\n\n| size (B) | trad | write | grpc-stream | netrpc | trad / grpc-stream | trad / netrpc |\n|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -57,6 +57,12 @@ func TestReport(t *testing.T) {
 {"mode":"netrpc-unary","size":8,"transport":"unix","n":10,"p50_ns":90000,"p99_ns":200000,"p999_ns":300000}
 {"mode":"netrpc-unary","size":8,"transport":"tcp","n":10,"p50_ns":50000,"p99_ns":200000,"p999_ns":300000}
 `)
+	write("ofi.json", `{"mode":"write","size":64,"transport":"shm","calls_per_s":20000000}
+{"mode":"write","size":64,"transport":"ofi-shm","calls_per_s":5000000}
+{"mode":"write","size":64,"transport":"tcp","calls_per_s":2000000}
+{"mode":"write","size":64,"transport":"ofi-tcp","calls_per_s":3000000}
+{"mode":"call_return","size":8,"transport":"ofi-tcp","n":10,"p50_ns":12000,"p99_ns":90000,"p999_ns":160000}
+`)
 	doc := filepath.Join(dir, "benchmarks.md")
 	write("benchmarks.md", "# Benchmarks\n\nnotes\n")
 	img := filepath.Join(dir, "img")
@@ -74,7 +80,8 @@ func TestReport(t *testing.T) {
 		"| tcp call_return p50 / plain ping-pong p50 | 1.25 | ≤ 2.00 | **met** |",
 		"| tcp call_return p99 / plain ping-pong p99 | 5.00 | ≤ 4.00 | **not met** |",
 		"| tcp call_return p50 / netrpc-unary over TCP p50 | 0.20 | ≤ 1.00 | **met** |",
-		"| trad / netrpc at 64 B | 300.00 | ≥ 20.00 | **met** |", "| latency p50 at 8 B (µs) | 1.10 | ≤ 2.00 | **met** |", "| netrpc-unary | unix | 8 | 90µs |"} {
+		"| trad / netrpc at 64 B | 300.00 | ≥ 20.00 | **met** |",
+		"| write | 64 | 20000000 | 5000000 | 0.25 | 2000000 | 3000000 | 1.50 |", "| ofi-tcp | 12µs | 90µs | 160µs |", "| latency p50 at 8 B (µs) | 1.10 | ≤ 2.00 | **met** |", "| netrpc-unary | unix | 8 | 90µs |"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}

@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/seriema-go/seriema/dtutils"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -20,7 +22,18 @@ type Result struct {
 
 func newResult(mode, transport string, size, n int, callsPerS []float64) Result {
 	c := median(callsPerS)
-	return Result{Mode: mode, Size: size, Transport: transport, CallsPerS: c, MBPerS: c * float64(size) / 1e6, N: n, Reps: len(callsPerS)}
+	return Result{Mode: mode, Size: size, Transport: resultTransport(transport), CallsPerS: c, MBPerS: c * float64(size) / 1e6, N: n, Reps: len(callsPerS)}
+}
+
+// resultTransport names a transport in results: ofi with its libfabric
+// provider ("ofi-tcp", "ofi-shm"), so that runs over several providers
+// stay apart; other names unchanged.
+func resultTransport(t string) string {
+	if t != "ofi" {
+		return t
+	}
+	p, _, _ := strings.Cut(dtutils.DefaultOFIConfig().Provider, ";")
+	return "ofi-" + p
 }
 
 // printResults writes JSON lines, or a table shaped like the paper's Table 2.
