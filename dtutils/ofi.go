@@ -32,13 +32,14 @@ typedef struct {
 	struct fi_cq_msg_entry ent[SOF_BATCH];
 	struct fi_cq_err_entry err;
 	char errbuf[256];
+	int wait_fd; // readable when the CQ may have entries (fi_trywait first); -1: none
 } sof_t;
 
 static const char *sof_prov(sof_t *s) { return s->info->fabric_attr->prov_name; }
 static const char *sof_domain(sof_t *s) { return s->info->domain_attr->name; }
 static uint64_t sof_mr_mode(sof_t *s) { return s->info->domain_attr->mr_mode; }
 static int sof_manual(sof_t *s) { return s->info->domain_attr->data_progress == FI_PROGRESS_MANUAL; }
-static size_t sof_inject(sof_t *s) { return s->info->tx_attr->inject_size; }
+static size_t sof_inject_size(sof_t *s) { return s->info->tx_attr->inject_size; }
 
 // sof_close_ep closes every libfabric object; s and its slab stay, for Go
 // code that may still copy into a buffer (sof_free releases them).
@@ -91,9 +92,17 @@ static int sof_open(sof_t **out, const char *prov, const char *node, const char 
 	struct fi_cq_attr cq_attr;
 	memset(&cq_attr, 0, sizeof cq_attr);
 	cq_attr.format = FI_CQ_FORMAT_MSG;
-	cq_attr.wait_obj = FI_WAIT_NONE;
+	// A file descriptor to block on when nobody polls; providers without
+	// one get a CQ without a wait object, and the engine backs off instead.
+	cq_attr.wait_obj = FI_WAIT_FD;
+	s->wait_fd = -1;
 	*step = "fi_cq_open";
-	if ((ret = fi_cq_open(s->domain, &cq_attr, &s->cq, NULL))) goto fail;
+	if (fi_cq_open(s->domain, &cq_attr, &s->cq, NULL) == 0) {
+		if (fi_control(&s->cq->fid, FI_GETWAIT, &s->wait_fd)) s->wait_fd = -1;
+	} else {
+		cq_attr.wait_obj = FI_WAIT_NONE;
+		if ((ret = fi_cq_open(s->domain, &cq_attr, &s->cq, NULL))) goto fail;
+	}
 	*step = "fi_endpoint";
 	if ((ret = fi_endpoint(s->domain, s->info, &s->ep, NULL))) goto fail;
 	*step = "fi_ep_bind(av)";
@@ -124,6 +133,12 @@ fail:
 	return ret;
 }
 
+// sof_trywait returns 0 when the engine may block on wait_fd.
+static int sof_trywait(sof_t *s) {
+	struct fid *f = &s->cq->fid;
+	return fi_trywait(s->fabric, &f, 1);
+}
+
 static int sof_getname(sof_t *s, void *buf, size_t *len) { return fi_getname(&s->ep->fid, buf, len); }
 
 static int sof_insert(sof_t *s, const void *addr, uint64_t *fi_addr) {
@@ -135,6 +150,10 @@ static int sof_insert(sof_t *s, const void *addr, uint64_t *fi_addr) {
 
 static ssize_t sof_send(sof_t *s, size_t off, size_t len, uint64_t dest, uint64_t ctx) {
 	return fi_send(s->ep, s->slab + off, len, s->desc, dest, (void *)(uintptr_t)ctx);
+}
+
+static ssize_t sof_inject(sof_t *s, size_t off, size_t len, uint64_t dest) {
+	return fi_inject(s->ep, s->slab + off, len, dest);
 }
 
 static ssize_t sof_recv(sof_t *s, size_t off, size_t len, uint64_t ctx) {
@@ -207,6 +226,9 @@ type ofiProvider struct {
 	s    *C.sof_t // freed by a cleanup once p is unreachable
 	name []byte
 	pn   string // provider name, e.g. "tcp;ofi_rxm"
+	// inject is the largest message sent with fi_inject (no completion,
+	// the buffer reusable at once): the provider's inject_size.
+	inject int
 
 	// epmu is held (read) around every call on the endpoint, and by Close
 	// (write) to close it: epOpen says whether it still is.
@@ -226,7 +248,11 @@ type ofiProvider struct {
 
 	calls    *atomic.Uint64
 	watching atomic.Bool
-	wake     chan struct{}
+	wake     chan struct{} // Process.Idle: watch now
+	// efd wakes the watching engine from poll(2) (kick); kicked says it
+	// was written and not yet read. Closed by the cleanup.
+	efd    int
+	kicked atomic.Bool
 	done     chan struct{}
 	closed   atomic.Bool
 	closeMu  sync.Mutex
@@ -269,7 +295,7 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 	}
 	log := cfg.Logger.With("transport", "ofi", "provider", C.GoString(C.sof_prov(s)), "rank", proc.cfg.Rank)
 	p := &ofiProvider{
-		proc: proc, cfg: cfg, log: log, s: s, name: append([]byte(nil), nb[:n]...), pn: C.GoString(C.sof_prov(s)), epOpen: true,
+		proc: proc, cfg: cfg, log: log, s: s, name: append([]byte(nil), nb[:n]...), pn: C.GoString(C.sof_prov(s)), epOpen: true, inject: int(C.sof_inject_size(s)),
 		slab:      unsafe.Slice((*byte)(unsafe.Pointer(s.slab)), slabLen),
 		qps:       make(map[uint64]*ofiQP),
 		sendOwner: make([]*ofiQP, cfg.SendBuffers),
@@ -277,7 +303,13 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
-	runtime.AddCleanup(p, func(s *C.sof_t) { C.sof_free(s) }, s)
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		C.sof_free(s)
+		return nil, fmt.Errorf("dtutils: ofi eventfd: %w", err)
+	}
+	p.efd = efd
+	runtime.AddCleanup(p, func(r ofiResources) { unix.Close(r.efd); C.sof_free(r.s) }, ofiResources{s, efd})
 	tc := DefaultTCPConfig()
 	tc.Logger = cfg.Logger
 	p.host = &tcpProvider{proc: proc, cfg: tc, log: log, qps: make(map[uint64]*tcpQP)}
@@ -300,6 +332,14 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 // to them, so that a queue pair between two of them (tests, mostly) can
 // keep its peer's endpoint open while it sends: see ofiQP.post.
 var inProcess sync.Map
+
+// ofiResources are what a provider's cleanup frees once it is unreachable:
+// the endpoint's C state with the message buffers Go code may still touch,
+// and the engine's eventfd.
+type ofiResources struct {
+	s   *C.sof_t
+	efd int
+}
 
 // fiErr turns a negative libfabric return into an error.
 func fiErr(ret int) error {
@@ -376,6 +416,7 @@ func (p *ofiProvider) Close() error {
 		q.Close()
 	}
 	close(p.done)
+	p.kick() // out of poll(2)
 	p.proc.progress.remove(p)
 	inProcess.Delete(string(p.name))
 	p.closeEP()
@@ -400,6 +441,7 @@ func (p *ofiProvider) idle() {
 	case p.wake <- struct{}{}:
 	default:
 	}
+	p.kick()
 }
 
 // poll reads the completion queue once, unless another thread is reading
@@ -513,6 +555,8 @@ func (p *ofiProvider) failed(ctx uint64, code int, msg string) {
 func (p *ofiProvider) engine() {
 	timer := time.NewTimer(standBy)
 	defer timer.Stop()
+	var qps []*ofiQP
+	pfd := []unix.PollFd{{Fd: int32(p.s.wait_fd), Events: unix.POLLIN}, {Fd: int32(p.efd), Events: unix.POLLIN}}
 	for {
 		for last := p.calls.Load(); ; {
 			select {
@@ -537,7 +581,7 @@ func (p *ofiProvider) engine() {
 		for {
 			did := p.poll()
 			p.mu.RLock()
-			qps := make([]*ofiQP, 0, len(p.qps))
+			qps = qps[:0]
 			for _, q := range p.qps {
 				qps = append(qps, q)
 			}
@@ -547,15 +591,17 @@ func (p *ofiProvider) engine() {
 					did = true
 				}
 			}
+			clear(qps)
 			select {
 			case <-p.done:
 				p.watching.Store(false)
 				return
 			default:
 			}
-			if did {
+			switch {
+			case did:
 				b.Reset()
-			} else {
+			case !p.block(pfd):
 				b.Wait()
 			}
 			if time.Since(since) >= standBy {
@@ -570,6 +616,28 @@ func (p *ofiProvider) engine() {
 		p.watching.Store(false)
 		timer.Reset(standBy)
 	}
+}
+
+// block waits in poll(2) until the completion queue's wait descriptor
+// says there may be completions, a kick, or watchTimeout; it reports
+// false, having waited for nothing, when the provider has no wait
+// descriptor or fi_trywait says to poll again first.
+func (p *ofiProvider) block(pfd []unix.PollFd) bool {
+	if pfd[0].Fd < 0 {
+		return false
+	}
+	p.epmu.RLock() // the descriptor belongs to the endpoint
+	defer p.epmu.RUnlock()
+	if !p.epOpen || C.sof_trywait(p.s) != 0 {
+		return false
+	}
+	unix.Poll(pfd, watchTimeout)
+	if pfd[1].Revents != 0 {
+		var b [8]byte
+		unix.Read(p.efd, b[:])
+		p.kicked.Store(false)
+	}
+	return true
 }
 
 // probe watches the queue pairs that await answers: one that has heard
@@ -819,16 +887,26 @@ func (q *ofiQP) post(i, n int) error {
 				return fmt.Errorf("%w: rank %d closed its provider", ErrConnectionLost, q.peerRank)
 			}
 		}
+		off := C.size_t((p.cfg.ReceiveBuffers + i) * p.cfg.MessageSize)
+		inject := n <= p.inject
 		p.epmu.RLock()
 		ret := C.ssize_t(-C.FI_ECANCELED)
-		if p.epOpen {
-			ret = C.sof_send(p.s, C.size_t((p.cfg.ReceiveBuffers+i)*p.cfg.MessageSize), C.size_t(n), C.uint64_t(q.dest), C.uint64_t(ofiCtxSend|i))
+		switch {
+		case !p.epOpen:
+		case inject:
+			// Small: the provider copies it now and reports no completion.
+			ret = C.sof_inject(p.s, off, C.size_t(n), C.uint64_t(q.dest))
+		default:
+			ret = C.sof_send(p.s, off, C.size_t(n), C.uint64_t(q.dest), C.uint64_t(ofiCtxSend|i))
 		}
 		p.epmu.RUnlock()
 		if q.local != nil {
 			q.local.epmu.RUnlock()
 		}
 		switch {
+		case ret == 0 && inject:
+			p.sent(i)
+			return nil
 		case ret == -C.FI_ECANCELED:
 			p.sent(i)
 			return net.ErrClosed
@@ -861,10 +939,15 @@ func (p *ofiProvider) takeSendBuf(q *ofiQP) (int, bool) {
 }
 
 // kick implements frameLink: a post with nobody polling wakes the engine.
-func (q *ofiQP) kick() {
-	if q.prov.watching.Load() {
-		q.prov.idle()
+func (q *ofiQP) kick() { q.prov.kick() }
+
+func (p *ofiProvider) kick() {
+	if !p.watching.Load() || p.kicked.Swap(true) {
+		return
 	}
+	var one [8]byte
+	one[0] = 1
+	unix.Write(p.efd, one[:])
 }
 
 // shut implements frameLink: the queue pair takes no more messages and
