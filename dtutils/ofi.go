@@ -251,11 +251,11 @@ type ofiProvider struct {
 	wake     chan struct{} // Process.Idle: watch now
 	// efd wakes the watching engine from poll(2) (kick); kicked says it
 	// was written and not yet read. Closed by the cleanup.
-	efd    int
-	kicked atomic.Bool
-	done     chan struct{}
-	closed   atomic.Bool
-	closeMu  sync.Mutex
+	efd     int
+	kicked  atomic.Bool
+	done    chan struct{}
+	closed  atomic.Bool
+	closeMu sync.Mutex
 }
 
 // Completion contexts: the kind in the top bits, a buffer index below.
