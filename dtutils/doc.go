@@ -37,9 +37,48 @@
 //     registered memory; a writer goroutine batches everything posted since
 //     its last write into one syscall.
 //   - loop (NewLoopFabric): in one process, for tests and single-process use.
+//   - ofi (NewOFI, builds with -tags ofi only: cgo and libfabric-dev): the
+//     libfabric provider FI_PROVIDER (or OFIConfig.Provider) names: tcp
+//     (tcp;ofi_rxm), shm, and on clusters verbs, efa, cxi, psm3. One
+//     reliable-datagram endpoint (FI_EP_RDM) per provider; each queue pair
+//     runs the tcp transport's frame engine over libfabric messages
+//     (fi_send into buffers posted with fi_recv), put back in sequence order
+//     at the target, whose progress engine applies every operation after
+//     the registry's key and bounds checks. Without the tag NewOFI returns
+//     ErrOFIUnavailable and the build needs no C compiler.
 //
-// All three give operations the same meaning (one function, apply, defines
-// it) and pass one conformance suite.
+// All of them give operations the same meaning (one function, apply,
+// defines it) and pass one conformance suite.
+//
+// # Why ofi does not use fi_write
+//
+// Writes, reads and atomics over ofi are carried as messages and applied by
+// the target's progress engine, not posted as fi_write/fi_read/fi_atomic,
+// because libfabric's tcp provider cannot keep this package's contract for
+// a bad locator, which every other transport keeps: measured with
+// libfabric 1.17, tcp;ofi_rxm, two endpoints and a region registered with
+// a requested key, an fi_write with a wrong key completes successfully at
+// the initiator and writes nothing, and one past the end of the region
+// drops the connection, so that every later operation fails ("Transport
+// endpoint is not connected"). The contract (StatusRemoteAccess, nothing
+// changed, the queue pair still usable) needs a check by the target, and
+// the message path does it. It also keeps the order of all operations on a
+// queue pair, where tcp;ofi_rxm orders neither writes after reads
+// (FI_ORDER_WAR) nor sends after reads (FI_ORDER_SAR), and needs no memory
+// registration: the one registered buffer is the provider's message slab.
+// Atomics need a target's progress engine here anyway (tcp;ofi_rxm has no
+// FI_ATOMIC). A one-sided fast path for hardware providers (verbs, efa,
+// cxi: provider keys and virtual addresses carried in Locators, fenced
+// reads) is future work; docs/benchmarks.md shows what the message path
+// costs beside our own transports.
+//
+// Progress is manual, as libfabric's FI_PROGRESS_MANUAL providers need:
+// the completion queue is read by threads that poll (Process.Progress, a
+// queue pair's completion queue) and, when none does, by the provider's
+// engine goroutine, which blocks on the completion queue's wait
+// descriptor (FI_WAIT_FD, fi_trywait). A queue pair awaiting answers that
+// hears nothing from its peer probes it, and fails after
+// OFIConfig.PeerTimeout; a send to a killed peer fails at once.
 //
 // # Visibility
 //
