@@ -62,10 +62,14 @@
 // drops the connection, so that every later operation fails ("Transport
 // endpoint is not connected"). The contract (StatusRemoteAccess, nothing
 // changed, the queue pair still usable) needs a check by the target, and
-// the message path does it. It also keeps the order of all operations on a
-// queue pair, where tcp;ofi_rxm orders neither writes after reads
-// (FI_ORDER_WAR) nor sends after reads (FI_ORDER_SAR), and needs no memory
-// registration: the one registered buffer is the provider's message slab.
+// the message path does it. Selective signaling has a second obstacle: it
+// retires unsignaled operations, and recycles their memory, when a later
+// signaled one completes, which is sound only when completions come in
+// order, and tcp;ofi_rxm promises no completion order (comp_order none).
+// The message path also keeps the order of all operations on a queue pair,
+// where tcp;ofi_rxm orders neither writes after reads (FI_ORDER_WAR) nor
+// sends after reads (FI_ORDER_SAR), and needs no memory registration: the
+// one registered buffer is the provider's message slab.
 // Atomics need a target's progress engine here anyway (tcp;ofi_rxm has no
 // FI_ATOMIC). A one-sided fast path for hardware providers (verbs, efa,
 // cxi: provider keys and virtual addresses carried in Locators, fenced
