@@ -56,46 +56,77 @@ func TestDemoAcrossTwoHosts(t *testing.T) {
 	for i, c := range hostCases {
 		t.Run(c.name, func(t *testing.T) {
 			args := strings.TrimSpace("demo -board 7 -moves 2 -visits 2000 -json " + c.flag)
-			port := 7100 + i
-			var out [2]bytes.Buffer
-			var errs [2]bytes.Buffer
-			cmds := [2]*exec.Cmd{}
-			for r := 0; r < 2; r++ {
-				cmds[r] = hostRank(t, h, r, c.privateTmp, port, args)
-				cmds[r].Stdout, cmds[r].Stderr = &out[r], &errs[r]
-				if err := cmds[r].Start(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			done := make(chan error, 2)
-			for r := 0; r < 2; r++ {
-				go func(r int) { done <- cmds[r].Wait() }(r)
-			}
-			timeout := time.After(90 * time.Second)
-			for k := 0; k < 2; k++ {
-				select {
-				case err := <-done:
-					if err != nil {
-						t.Errorf("a rank failed: %v", err)
-					}
-				case <-timeout:
-					cmds[0].Process.Kill()
-					cmds[1].Process.Kill()
-					t.Fatalf("the job did not finish within 90 s\nrank 0:\n%s\nrank 1:\n%s", errs[0].String(), errs[1].String())
-				}
-			}
-			if t.Failed() {
-				t.Fatalf("rank 0:\n%s%s\nrank 1:\n%s", out[0].String(), errs[0].String(), errs[1].String())
-			}
+			out := runHostJob(t, h, c.privateTmp, 7100+i, args)
 			var sum DemoSummary
-			if err := json.Unmarshal(out[0].Bytes(), &sum); err != nil {
-				t.Fatalf("rank 0 printed no summary: %v\n%s", err, out[0].String())
+			if err := json.Unmarshal(out, &sum); err != nil {
+				t.Fatalf("rank 0 printed no summary: %v\n%s", err, out)
 			}
 			if sum.Transport != c.want {
 				t.Errorf("rank 0 reports transport %q, want %q", sum.Transport, c.want)
 			}
 			if len(sum.Moves) != 2 || sum.Board != "7x7" {
 				t.Errorf("the game did not run to its two moves: %+v", sum)
+			}
+		})
+	}
+}
+
+// runHostJob runs a two-rank job of args, rank r on host r, and returns
+// rank 0's standard output; either rank failing, or the job outlasting
+// 90 s, fails the test.
+func runHostJob(t *testing.T, h jobtest.Hosts, privateTmp bool, port int, args string) []byte {
+	t.Helper()
+	var out, errs [2]bytes.Buffer
+	cmds := [2]*exec.Cmd{}
+	for r := 0; r < 2; r++ {
+		cmds[r] = hostRank(t, h, r, privateTmp, port, args)
+		cmds[r].Stdout, cmds[r].Stderr = &out[r], &errs[r]
+		if err := cmds[r].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 2)
+	for r := 0; r < 2; r++ {
+		go func(r int) { done <- cmds[r].Wait() }(r)
+	}
+	timeout := time.After(90 * time.Second)
+	for k := 0; k < 2; k++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("a rank failed: %v", err)
+			}
+		case <-timeout:
+			cmds[0].Process.Kill()
+			cmds[1].Process.Kill()
+			t.Fatalf("the job did not finish within 90 s\nrank 0:\n%s\nrank 1:\n%s", errs[0].String(), errs[1].String())
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("rank 0:\n%s%s\nrank 1:\n%s", out[0].String(), errs[0].String(), errs[1].String())
+	}
+	return out[0].Bytes()
+}
+
+// TestMicroAcrossTwoHosts: the fabric modes of mctsbench micro as a job
+// across two hosts, over tcp and, in builds with it, ofi.
+func TestMicroAcrossTwoHosts(t *testing.T) {
+	h := jobtest.TwoHosts(t)
+	for i, tr := range testTransports {
+		if tr == "shm" {
+			continue // the hosts do not share memory
+		}
+		t.Run(tr, func(t *testing.T) {
+			out := runHostJob(t, h, true, 7300+i, "micro -mode write,trad -sizes 64 -n 2000 -reps 1 -json -transport "+tr)
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("want 2 results, got %q", out)
+			}
+			for _, l := range lines {
+				var r Result
+				if err := json.Unmarshal([]byte(l), &r); err != nil || r.Transport != resultTransport(tr) || r.CallsPerS <= 0 {
+					t.Fatalf("bad result %q: %v", l, err)
+				}
 			}
 		})
 	}

@@ -307,7 +307,7 @@ func (d *benchData) ofiSection(w *strings.Builder) {
 	}
 	sizes := sizesOf(d.ofi)
 	w.WriteString("\n### libfabric (ofi) beside our transports, same run\n\n")
-	w.WriteString("`ofi-tcp` is the ofi provider over libfabric's `tcp;ofi_rxm`, `ofi-shm` over libfabric's `shm`; both carry our frames in libfabric messages (docs/design.md of dtutils: why not fi_write). Calls/s:\n\n| mode | size (B) | shm | ofi-shm | ofi-shm / shm | tcp | ofi-tcp | ofi-tcp / tcp |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	w.WriteString("`ofi-tcp` is the ofi provider over libfabric's `tcp;ofi_rxm`, `ofi-shm` over libfabric's `shm`; both carry our frames in libfabric messages (the dtutils package documentation says why not fi_write). Calls/s:\n\n| mode | size (B) | shm | ofi-shm | ofi-shm / shm | tcp | ofi-tcp | ofi-tcp / tcp |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range []string{"raw", "write", "trad", "ovfl"} {
 		for _, s := range sizes {
 			a, b := rate(d.ofi, m, "shm", s), rate(d.ofi, m, "ofi-shm", s)
