@@ -1,0 +1,142 @@
+package rconn
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+const peerEnv = "RCONN_TEST_PEER"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(peerEnv); addr != "" {
+		os.Exit(writerPeer(addr))
+	}
+	os.Exit(m.Run())
+}
+
+// writerPeer dials addr and writes a counting stream until killed.
+func writerPeer(addr string) int {
+	c, err := Dial("unix", addr)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	if _, ok := c.(*Conn); !ok {
+		fmt.Println("no rings")
+		return 1
+	}
+	fmt.Println("READY")
+	b := make([]byte, 4096)
+	for i := 0; ; i++ {
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		if _, err := c.Write(b); err != nil {
+			return 1
+		}
+	}
+}
+
+// ringMappings counts this process's mappings of rconn rings.
+func ringMappings(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip("no /proc/self/maps")
+	}
+	return bytes.Count(b, []byte("rconn-ring"))
+}
+
+// TestPeerKilledMidStream: a writer process killed in the middle of a
+// stream leaves its reader with the complete records it wrote, then
+// io.EOF, within a second or so, not a hang; once the reader closes, its
+// rings are unmapped (no shared memory leaks).
+func TestPeerKilledMidStream(t *testing.T) {
+	before := ringMappings(t)
+	ln, err := Config{Logger: quiet}.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), peerEnv+"="+ln.Addr().String())
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(l) != "READY" {
+		t.Fatalf("peer: %q", l)
+	}
+	buf := make([]byte, 64<<10)
+	got := 0
+	for got < 16<<20 {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, err := c.Read(buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read after the writer was killed: %v", err)
+		}
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for ringMappings(t) > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ring mappings left after close (had %d)", ringMappings(t), before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// FuzzHello: the hello decoder refuses what is not a hello, with
+// ErrHandshake, and what it accepts encodes back the same.
+func FuzzHello(f *testing.F) {
+	f.Add(hello{flags: flagRing, pid: 7, fd: 3, key: 9, size: 1 << 20, machine: "h|b"}.marshal())
+	f.Add(hello{fd: -1}.marshal())
+	f.Add([]byte("GET / HTTP/1.1\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < helloFixed {
+			return
+		}
+		h, n, err := parseHelloFixed(b[:helloFixed])
+		if err != nil {
+			if !errors.Is(err, ErrHandshake) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if n > maxMachineID || len(b) < helloFixed+n {
+			return
+		}
+		h.machine = string(b[helloFixed : helloFixed+n])
+		if !bytes.Equal(h.marshal(), b[:helloFixed+n]) {
+			t.Fatal("re-encoding differs")
+		}
+	})
+}

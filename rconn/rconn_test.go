@@ -1,0 +1,282 @@
+package rconn
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// pairs lists the ways a connection is made; every test body runs over
+// each: rings set up over a unix socket and over TCP loopback, and plain
+// sockets (rings disabled), the fallback.
+var pairs = []struct {
+	name     string
+	network  string
+	rings    bool
+	wantRing bool
+}{
+	{"unix-rings", "unix", true, true},
+	{"tcp-rings", "tcp", true, true},
+	{"tcp-socket", "tcp", false, false},
+}
+
+// pair returns two connected ends, client and server.
+func pair(t testing.TB, network string, rings bool) (net.Conn, net.Conn) {
+	t.Helper()
+	cfg := Config{DisableRings: !rings, Logger: quiet}
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "s")
+	}
+	ln, err := cfg.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	c, err := cfg.DialContext(context.Background(), network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if s == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+func forPairs(t *testing.T, body func(t *testing.T, c, s net.Conn)) {
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			c, s := pair(t, p.network, p.rings)
+			_, cr := c.(*Conn)
+			_, sr := s.(*Conn)
+			if cr != p.wantRing || sr != p.wantRing {
+				t.Fatalf("rings: client %v server %v, want %v", cr, sr, p.wantRing)
+			}
+			body(t, c, s)
+		})
+	}
+}
+
+// TestStreamBothWays: a large pseudo-random stream each way at once, in
+// uneven writes and reads, arrives whole and in order (records split at a
+// quarter of the ring, laps wrapped, back-pressure).
+func TestStreamBothWays(t *testing.T) {
+	forPairs(t, func(t *testing.T, c, s net.Conn) {
+		const total = 8 << 20
+		src := make([]byte, total)
+		for i := range src {
+			src[i] = byte(i*7 + i>>11)
+		}
+		var wg sync.WaitGroup
+		for _, dir := range [][2]net.Conn{{c, s}, {s, c}} {
+			w, r := dir[0], dir[1]
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for off, k := 0, 1; off < total; k = k*3%1000003 + 1 {
+					n := min(total-off, k%(700<<10)+1)
+					if _, err := w.Write(src[off : off+n]); err != nil {
+						t.Error(err)
+						return
+					}
+					off += n
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				got := make([]byte, 0, total)
+				buf := make([]byte, 100<<10)
+				for k := 1; len(got) < total; k = k*5%999983 + 1 {
+					n, err := r.Read(buf[:k%len(buf)+1])
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					got = append(got, buf[:n]...)
+				}
+				if !bytes.Equal(got, src) {
+					t.Error("stream differs")
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// TestHalfClose: CloseWrite gives the peer io.EOF after everything
+// written, and the reverse direction keeps working.
+func TestHalfClose(t *testing.T) {
+	forPairs(t, func(t *testing.T, c, s net.Conn) {
+		c.Write([]byte("half"))
+		if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(s)
+		if err != nil || string(got) != "half" {
+			t.Fatalf("read %q, %v", got, err)
+		}
+		s.Write([]byte("back"))
+		b := make([]byte, 4)
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != "back" {
+			t.Fatalf("reverse direction: %q %v", b, err)
+		}
+	})
+}
+
+// TestDeadlines: a read with nothing to read and a write the peer does not
+// read end at their deadlines with os.ErrDeadlineExceeded; moving a
+// deadline into the past ends a blocked call; Close ends one too.
+func TestDeadlines(t *testing.T) {
+	forPairs(t, func(t *testing.T, c, s net.Conn) {
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read past its deadline: %v", err)
+		}
+		var ne net.Error
+		c.SetReadDeadline(time.Now().Add(-time.Second))
+		if _, err := c.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read with a past deadline: %v", err)
+		}
+		c.SetReadDeadline(time.Time{})
+		// A writer whose reader never reads: back-pressure, then the deadline.
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		big := make([]byte, 64<<20)
+		n, err := c.Write(big)
+		if !errors.Is(err, os.ErrDeadlineExceeded) || n >= len(big) {
+			t.Fatalf("write to a reader that never reads: %d, %v", n, err)
+		}
+		// A blocked read ended by a deadline moved into the past.
+		errc := make(chan error, 1)
+		go func() { _, err := s.Read(make([]byte, 0)); errc <- err }()
+		<-errc
+		go func() {
+			s.SetReadDeadline(time.Time{})
+			buf := make([]byte, 1)
+			for { // drain what c managed to write, then block
+				if _, err := s.Read(buf); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		s.SetReadDeadline(time.Now().Add(-time.Millisecond))
+		select {
+		case err := <-errc:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("blocked read: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("moving the deadline did not end a blocked read")
+		}
+		// Close ends a blocked read.
+		s.SetReadDeadline(time.Time{})
+		go func() { _, err := c.Read(make([]byte, 1)); errc <- err }()
+		time.Sleep(20 * time.Millisecond)
+		c.Close()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read blocked at Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not end a blocked read")
+		}
+		// The peer of a closed end reads EOF and cannot write.
+		if _, err := io.ReadAll(s); err != nil {
+			t.Fatalf("peer of a closed end: %v", err)
+		}
+		var werr error
+		for i := 0; i < 100 && werr == nil; i++ {
+			_, werr = s.Write(make([]byte, 1<<20))
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(werr, syscall.EPIPE) && !errors.Is(werr, syscall.ECONNRESET) {
+			t.Fatalf("write to a closed peer: %v", werr)
+		}
+	})
+}
+
+// TestGarbageOnControlSocket: bytes on the control socket after the
+// handshake are a protocol violation: the receiving end's Read fails and
+// its peer sees EOF; nothing hangs.
+func TestGarbageOnControlSocket(t *testing.T) {
+	c, s := pair(t, "unix", true)
+	c.(*Conn).sock.Write([]byte("garbage"))
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := s.Read(make([]byte, 8))
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("read after garbage: %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 8)); err != io.EOF {
+		t.Fatalf("the garbage sender's read: %v", err)
+	}
+}
+
+// TestHandshakeGarbage: a client that is no rconn endpoint is refused
+// (the socket closed) without holding up the listener.
+func TestHandshakeGarbage(t *testing.T) {
+	ln, err := Config{Logger: quiet, HandshakeTimeout: time.Second}.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	bad, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	bad.Write([]byte(strings.Repeat("GET / HTTP/1.0\r\n", 4)))
+	silent, _ := net.Dial("tcp", ln.Addr().String()) // never speaks
+	defer silent.Close()
+	go func() {
+		c, err := Dial("tcp", ln.Addr().String())
+		if err == nil {
+			c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	if string(b) != "ok" {
+		t.Fatalf("good client after bad ones: %q", b)
+	}
+	bad.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(bad); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("bad client not closed: %v", err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, c := range []Config{{RingBytes: 1000}, {RingBytes: 1 << 10}, {Spin: -1}} {
+		if _, err := c.Listen("tcp", "127.0.0.1:0"); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
