@@ -197,11 +197,11 @@ func (c *Conn) Write(b []byte) (int, error) {
 	if c.writeShut {
 		return 0, c.opErr("write", syscall.EPIPE)
 	}
+	if err := c.check("write", &c.wdl); err != nil || len(b) == 0 {
+		return 0, err // as over TCP, a passed deadline fails even a write that fits
+	}
 	done := 0
-	for done < len(b) || len(b) == 0 {
-		if len(b) == 0 {
-			return 0, c.check("write", &c.wdl)
-		}
+	for done < len(b) {
 		n := min(len(b)-done, c.maxPayload)
 		rec := recordHeader + (uint64(n)+7)&^7
 		off := c.tail & c.tx.mask

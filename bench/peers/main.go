@@ -36,6 +36,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/seriema-go/seriema/rconn"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
@@ -49,6 +50,7 @@ type Result struct {
 	Mode      string  `json:"mode"`
 	Size      int     `json:"size"`
 	Transport string  `json:"transport"`
+	Net       string  `json:"net"`
 	CallsPerS float64 `json:"calls_per_s"`
 	MBPerS    float64 `json:"mb_per_s"`
 	N         int     `json:"n"`
@@ -60,13 +62,16 @@ type Latency struct {
 	Mode      string  `json:"mode"`
 	Size      int     `json:"size"`
 	Transport string  `json:"transport"`
+	Net       string  `json:"net"`
 	N         int     `json:"n"`
 	P50ns     float64 `json:"p50_ns"`
 	P99ns     float64 `json:"p99_ns"`
 	P999ns    float64 `json:"p999_ns"`
 }
 
-// rawCodec sends *[]byte messages as they are.
+// rawCodec sends *[]byte messages as they are, copied as a protobuf codec
+// would encode them: gRPC writes the encoding later, from its own
+// goroutine, and a caller may change its message once SendMsg returns.
 type rawCodec struct{}
 
 func (rawCodec) Name() string { return "raw" }
@@ -75,7 +80,7 @@ func (rawCodec) Marshal(v any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("raw codec: %T is not *[]byte", v)
 	}
-	return *b, nil
+	return append([]byte(nil), *b...), nil
 }
 func (rawCodec) Unmarshal(data []byte, v any) error {
 	b, ok := v.(*[]byte)
@@ -133,13 +138,37 @@ var sinkDesc = grpc.ServiceDesc{
 	}}},
 }
 
-// listen opens a server's listener: a unix socket in dir, or TCP on
-// loopback.
+// listen opens a server's listener: a unix socket in dir, TCP on
+// loopback, or conn: an rconn listener on a unix socket in dir (its
+// connections move to shared-memory rings).
 func listen(network, dir, name string) (net.Listener, error) {
-	if network == "tcp" {
+	switch network {
+	case "tcp":
 		return net.Listen("tcp", "127.0.0.1:0")
+	case "conn":
+		return rconn.Listen("unix", filepath.Join(dir, name))
 	}
 	return net.Listen("unix", filepath.Join(dir, name))
+}
+
+// dial connects a client to a server's address over network.
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	switch network {
+	case "conn":
+		return rconn.DialContext(ctx, "unix", addr)
+	case "tcp":
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}
+	return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+}
+
+// rpcDial is rpc.Dial over network.
+func rpcDial(network, addr string) (*rpc.Client, error) {
+	c, err := dial(context.Background(), network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return rpc.NewClient(c), nil
 }
 
 // serve runs both servers until stdin closes; spec is "network;dir". It
@@ -239,7 +268,7 @@ func median(xs []float64) float64 { return percentile(xs, 50) }
 // netrpcRate measures n pipelined net/rpc calls of size bytes (the first
 // tenth is warm-up), at most 128 in flight.
 func netrpcRate(s *server, size, n int) (float64, error) {
-	c, err := rpc.Dial(s.network, s.rpcAddr)
+	c, err := rpcDial(s.network, s.rpcAddr)
 	if err != nil {
 		return 0, err
 	}
@@ -281,11 +310,8 @@ func netrpcRate(s *server, size, n int) (float64, error) {
 }
 
 func grpcConn(s *server) (*grpc.ClientConn, error) {
-	target := "unix://" + s.grpcAddr
-	if s.network == "tcp" {
-		target = "passthrough:///" + s.grpcAddr
-	}
-	return grpc.NewClient(target,
+	return grpc.NewClient("passthrough:///"+s.grpcAddr,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dial(ctx, s.network, addr) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype("raw")))
 }
@@ -371,7 +397,7 @@ func latency(s *server, mode string, size, n int) (Latency, error) {
 			return nil
 		})
 	case "netrpc-unary":
-		c, cerr := rpc.Dial(s.network, s.rpcAddr)
+		c, cerr := rpcDial(s.network, s.rpcAddr)
 		if cerr != nil {
 			return Latency{}, cerr
 		}
@@ -382,7 +408,7 @@ func latency(s *server, mode string, size, n int) (Latency, error) {
 	if err != nil {
 		return Latency{}, err
 	}
-	return Latency{Mode: mode, Size: size, Transport: s.network, N: n, P50ns: percentile(ns, 50), P99ns: percentile(ns, 99), P999ns: percentile(ns, 99.9)}, nil
+	return Latency{Mode: mode, Size: size, Transport: s.network, Net: s.network, N: n, P50ns: percentile(ns, 50), P99ns: percentile(ns, 99), P999ns: percentile(ns, 99.9)}, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -395,7 +421,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	latSize := fs.Int("latency-size", 8, "payload bytes of the round-trip modes")
 	latN := fs.Int("latency-n", 20000, "round trips of the round-trip modes")
 	asJSON := fs.Bool("json", false, "print JSON lines")
-	network := fs.String("net", "unix", "what the peers talk over: unix (a unix socket) or tcp (TCP on loopback)")
+	network := fs.String("net", "unix", "what the peers talk over: unix (a unix socket), tcp (TCP on loopback) or conn (rconn: shared-memory rings set up over a unix socket)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -420,8 +446,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if *network != "unix" && *network != "tcp" {
-		fmt.Fprintf(stderr, "peers: unknown -net %q (want unix or tcp)\n", *network)
+	if *network != "unix" && *network != "tcp" && *network != "conn" {
+		fmt.Fprintf(stderr, "peers: unknown -net %q (want unix, tcp or conn)\n", *network)
 		return 2
 	}
 	s, err := startServer(*network)
@@ -459,7 +485,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				rates = append(rates, rate)
 			}
 			c := median(rates)
-			results = append(results, Result{Mode: m, Size: size, Transport: s.network, CallsPerS: c, MBPerS: c * float64(size) / 1e6, N: *n, Reps: *reps})
+			results = append(results, Result{Mode: m, Size: size, Transport: s.network, Net: s.network, CallsPerS: c, MBPerS: c * float64(size) / 1e6, N: *n, Reps: *reps})
 		}
 	}
 	if *asJSON {
