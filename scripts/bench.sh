@@ -38,9 +38,12 @@ if [ -f /usr/include/rdma/fabric.h ] && command -v "${CC:-gcc}" >/dev/null 2>&1;
 else
 	echo "== libfabric (ofi): skipped, libfabric-dev or a C compiler is missing" | tee "$OUT/ofi.json"
 fi
-echo "== Go peers (net/rpc, gRPC) over a unix socket and over TCP"
+echo "== Go peers (net/rpc, gRPC) over a unix socket, over TCP and over rconn"
 { "$BIN/peers" -json
-  "$BIN/peers" -net tcp -mode grpc-unary,netrpc-unary -json; } | tee "$OUT/peers.json"
+  "$BIN/peers" -net tcp -mode grpc-unary,netrpc-unary -json
+  "$BIN/peers" -net conn -json; } | tee "$OUT/peers.json"
+echo "== sockets over the transport: rconn, a unix socket, TCP loopback"
+"$BIN/mctsbench" conn -json | tee "$OUT/conn.json"
 echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups"
 "$BIN/mctsbench" idle -duration 10s -json | tee "$OUT/idle.json"
 echo "== Fig. 3: MCTS scaling"

@@ -10,6 +10,7 @@
 //	mctsbench report  [-dir bench-results] [-doc docs/benchmarks.md] [-img docs/img]
 //	mctsbench soak    [-procs 3] [-threads 2] [-duration 30s] [-transport shm|tcp|ofi] [-json]
 //	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
+//	mctsbench conn    [-modes conn,unix,tcp] [-n N] [-stream-sizes 64,4096,65536] [-json]
 //
 // See DESIGN.md §8.
 package main
@@ -25,7 +26,7 @@ import (
 )
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle [flags]  (mctsbench SUBCOMMAND -h for flags)")
+	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle|conn [flags]  (mctsbench SUBCOMMAND -h for flags)")
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -50,6 +51,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return soak(args[1:], stdout, stderr)
 	case "idle":
 		return idle(args[1:], stdout, stderr)
+	case "conn":
+		return connBench(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
 	usage(stderr)
@@ -168,6 +171,9 @@ func main() {
 	}
 	if env := os.Getenv(limitEnv); env != "" {
 		os.Exit(asPeer(func() int { return peerMain(env, os.Stderr) }))
+	}
+	if env := os.Getenv(connPeerEnv); env != "" {
+		os.Exit(connPeer(env))
 	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

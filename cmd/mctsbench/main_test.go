@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if env := os.Getenv(limitEnv); env != "" { // the limit and tcp-plain peers
 		os.Exit(peerMain(env, os.Stderr))
 	}
+	if env := os.Getenv(connPeerEnv); env != "" { // the far end of mctsbench conn
+		os.Exit(connPeer(env))
+	}
 	// A rank self-launched by the send benchmark runs the same micro
 	// command as the test that started it.
 	if args := os.Getenv(microArgsEnv); args != "" && underLauncher() {
@@ -220,6 +223,30 @@ func TestIdleMeasures(t *testing.T) {
 			t.Fatalf("idle line %d: %+v", i, r)
 		case i == 2 && (r.Mode != "wake" || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
 			t.Fatalf("wake line: %+v", r)
+		}
+	}
+}
+
+// TestConnSmoke runs mctsbench conn for real with tiny sizes: one JSON line
+// per mode and pattern, positive rates, and rconn on its rings (connMode
+// refuses a conn-mode connection that is not).
+func TestConnSmoke(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"conn", "-n", "200", "-stream-sizes", "64,4096", "-stream-mb", "1", "-json"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 9 {
+		t.Fatalf("want 9 lines (3 modes × ping-pong and 2 streams), got %q", out.String())
+	}
+	for _, l := range lines {
+		var r ConnResult
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		ok := r.Pattern == "pingpong" && r.RTPerS > 0 && r.P50ns > 0 && r.P99ns >= r.P50ns || r.Pattern == "stream" && r.MBPerS > 0
+		if !ok || r.Mode != "conn" && r.Mode != "unix" && r.Mode != "tcp" {
+			t.Errorf("bad line %s", l)
 		}
 	}
 }

@@ -36,6 +36,7 @@ type benchData struct {
 	idle    []IdleResult
 	ofi     []Result        // ours and ofi's over shm and tcp, one after the other
 	ofiLat  []LatencyResult // the same, call-and-return latency
+	conn    []ConnResult    // mctsbench conn: rconn, unix, tcp
 	machine string
 	command string
 }
@@ -151,6 +152,9 @@ func loadBench(dir string) (*benchData, error) {
 		return nil, err
 	}
 	if d.idle, err = readLines[IdleResult](filepath.Join(dir, "idle.json")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if d.conn, err = readLines[ConnResult](filepath.Join(dir, "conn.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	// ofi.json mixes throughput and latency lines.
@@ -324,6 +328,54 @@ func (d *benchData) ofiSection(w *strings.Builder) {
 	w.WriteString("\n")
 }
 
+// connSection compares rconn with a unix socket and TCP loopback, and
+// gRPC over each, with the goals of issue 16.
+func (d *benchData) connSection(w *strings.Builder, lat map[string]LatencyResult) {
+	if len(d.conn) == 0 {
+		return
+	}
+	find := func(mode, pattern string, size int) ConnResult {
+		for _, r := range d.conn {
+			if r.Mode == mode && r.Pattern == pattern && r.Size == size {
+				return r
+			}
+		}
+		return ConnResult{}
+	}
+	w.WriteString("\n### Sockets over the transport: rconn against a unix socket and TCP, same run\n\n")
+	w.WriteString("`conn` is package rconn (shared-memory rings set up over a unix socket); two processes. Ping-pong: 64-byte messages echoed; stream: writes of the given size, MB/s.\n\n| mode | ping-pong round trips/s | p50 | p99 |")
+	var sizes []int
+	for _, r := range d.conn {
+		if r.Pattern == "stream" && r.Mode == "conn" {
+			sizes = append(sizes, r.Size)
+			fmt.Fprintf(w, " stream %d B MB/s |", r.Size)
+		}
+	}
+	w.WriteString("\n|---|---:|---:|---:|")
+	for range sizes {
+		w.WriteString("---:|")
+	}
+	w.WriteString("\n")
+	for _, m := range []string{"conn", "unix", "tcp"} {
+		p := find(m, "pingpong", 64)
+		fmt.Fprintf(w, "| %s | %.0f | %v | %v |", m, p.RTPerS, time.Duration(p.P50ns), time.Duration(p.P99ns))
+		for _, s := range sizes {
+			fmt.Fprintf(w, " %.0f |", find(m, "stream", s).MBPerS)
+		}
+		w.WriteString("\n")
+	}
+	w.WriteString("\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
+	goal(w, "conn / unix ping-pong round trips/s (64 B)", over(find("conn", "pingpong", 64).RTPerS, find("unix", "pingpong", 64).RTPerS), 5, true)
+	goal(w, "conn / unix stream MB/s (4 KiB writes)", over(find("conn", "stream", 4096).MBPerS, find("unix", "stream", 4096).MBPerS), 2, true)
+	if c, u := lat["grpc-unary/conn"], lat["grpc-unary/unix"]; c.P50ns > 0 && u.P50ns > 0 {
+		goal(w, "gRPC unary p50 over conn / over unix", c.P50ns/u.P50ns, 0.5, false)
+	}
+	if c, u := rate(d.peers, "grpc-stream", "conn", 64), rate(d.peers, "grpc-stream", "unix", 64); c > 0 && u > 0 {
+		goal(w, "gRPC streaming messages/s over conn / over unix (64 B)", c/u, 1, true)
+	}
+	w.WriteString("\n")
+}
+
 // markdown writes the generated part and returns the charts to draw.
 func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	var w strings.Builder
@@ -398,6 +450,7 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	}
 	d.tcpSection(&w, lat)
 	d.ofiSection(&w)
+	d.connSection(&w, lat)
 
 	// Peers
 	w.WriteString("\n### Against Go RPC (bench/peers, unix socket)\n\n| size (B) | trad | write | grpc-stream | netrpc | trad / grpc-stream | trad / netrpc |\n|---:|---:|---:|---:|---:|---:|---:|\n")
