@@ -132,22 +132,11 @@ func loadBench(dir string) (*benchData, error) {
 		return nil, err
 	}
 	// peers.json mixes throughput and round-trip lines.
-	all, err := readLines[map[string]any](filepath.Join(dir, "peers.json"))
+	peers, peerLat, err := readMixed(filepath.Join(dir, "peers.json"))
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range all {
-		b, _ := json.Marshal(m)
-		if _, ok := m["calls_per_s"]; ok {
-			var r Result
-			json.Unmarshal(b, &r)
-			d.peers = append(d.peers, r)
-		} else {
-			var l LatencyResult
-			json.Unmarshal(b, &l)
-			d.lat = append(d.lat, l)
-		}
-	}
+	d.peers, d.lat = peers, append(d.lat, peerLat...)
 	if d.scale, err = readLines[ScaleResult](filepath.Join(dir, "scale.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
@@ -157,24 +146,34 @@ func loadBench(dir string) (*benchData, error) {
 	if d.conn, err = readLines[ConnResult](filepath.Join(dir, "conn.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
-	// ofi.json mixes throughput and latency lines.
-	mixed, err := readLines[map[string]any](filepath.Join(dir, "ofi.json"))
-	if err != nil && !os.IsNotExist(err) {
+	if d.ofi, d.ofiLat, err = readMixed(filepath.Join(dir, "ofi.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
-	for _, m := range mixed {
+	return d, nil
+}
+
+// readMixed reads a file of throughput lines (those with calls_per_s) and
+// latency lines mixed.
+func readMixed(file string) ([]Result, []LatencyResult, error) {
+	all, err := readLines[map[string]any](file)
+	if err != nil {
+		return nil, nil, err
+	}
+	var rs []Result
+	var ls []LatencyResult
+	for _, m := range all {
 		b, _ := json.Marshal(m)
 		if _, ok := m["calls_per_s"]; ok {
 			var r Result
 			json.Unmarshal(b, &r)
-			d.ofi = append(d.ofi, r)
+			rs = append(rs, r)
 		} else {
 			var l LatencyResult
 			json.Unmarshal(b, &l)
-			d.ofiLat = append(d.ofiLat, l)
+			ls = append(ls, l)
 		}
 	}
-	return d, nil
+	return rs, ls, nil
 }
 
 // spliceReport replaces the generated part of doc (or appends one).
