@@ -558,22 +558,8 @@ func (p *ofiProvider) engine() {
 	var qps []*ofiQP
 	pfd := []unix.PollFd{{Fd: int32(p.s.wait_fd), Events: unix.POLLIN}, {Fd: int32(p.efd), Events: unix.POLLIN}}
 	for {
-		for last := p.calls.Load(); ; {
-			select {
-			case <-p.done:
-				return
-			case <-p.wake:
-			case <-timer.C:
-				timer.Reset(standBy)
-				p.probe()
-				now := p.calls.Load()
-				active := now-last >= activeCalls
-				last = now
-				if active {
-					continue
-				}
-			}
-			break
+		if !standByWhilePolled(p.calls, timer, p.wake, p.done, p.probe) {
+			return
 		}
 		p.watching.Store(true)
 		mark, since := p.calls.Load(), time.Now()

@@ -3,6 +3,7 @@ package dtutils
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Progress engines. A transport whose remote operations need a local CPU to
@@ -92,6 +93,32 @@ func (p *Process) Idle() {
 	if l := p.progress.list.Load(); l != nil {
 		for _, e := range *l {
 			e.idle()
+		}
+	}
+}
+
+// standByWhilePolled is the stand-by phase of an engine goroutine: it
+// returns true once threads of the process stop polling (fewer than
+// activeCalls Progress calls in a standBy interval) or hint fires, and
+// false when done closes. tick, if set, runs every interval. timer must
+// be armed for standBy; it is re-armed on each tick.
+func standByWhilePolled(calls *atomic.Uint64, timer *time.Timer, hint, done <-chan struct{}, tick func()) bool {
+	for last := calls.Load(); ; {
+		select {
+		case <-done:
+			return false
+		case <-hint:
+			return true
+		case <-timer.C:
+			timer.Reset(standBy)
+			if tick != nil {
+				tick()
+			}
+			now := calls.Load()
+			if now-last < activeCalls {
+				return true
+			}
+			last = now
 		}
 	}
 }

@@ -531,22 +531,8 @@ func (q *tcpQP) engine() {
 	pfd := []unix.PollFd{{Fd: int32(q.fd)}, {Fd: int32(q.efd), Events: unix.POLLIN}}
 	var eb [8]byte
 	for {
-		// Stand by while threads poll.
-		for last := calls.Load(); ; {
-			select {
-			case <-q.done:
-				return
-			case <-q.hint:
-			case <-timer.C:
-				timer.Reset(standBy)
-				now := calls.Load()
-				active := now-last >= activeCalls
-				last = now
-				if active {
-					continue
-				}
-			}
-			break
+		if !standByWhilePolled(calls, timer, q.hint, q.done, nil) {
+			return
 		}
 		// Watch: this goroutine is the progress engine now.
 		q.watching.Store(true)
