@@ -10,15 +10,17 @@
 // (one per thread, the paper's RDMAMessengerGlobal) creates them on first
 // use:
 //
-//	h := dsfabric.NewHandlers()
-//	ri, _ := riutils.NewProcess(h, riutils.DefaultConfig()) // before Start, in every process
+//	h := dsfabric.NewHandlers() // the same handlers, in the same order, in every process
 //	work, _ := h.Register("work", func(c *dsfabric.Call, args []byte) ([]byte, error) { ... })
-//	f, _ := dsfabric.Start(ctx, dsfabric.Config{Handlers: h, Worker: func(w *dsfabric.Worker) {
-//		m, _ := ri.Messengers(0) // on the worker thread itself
-//		m.Call(dst, work, args)  // one-sided: written into dst's memory
-//		for { m.Poll() }         // run the calls written to this thread
-//	}})
-//	ri.Bind(f)
+//	job, _ := riutils.Start(ctx, dsfabric.Config{Procs: 2, Handlers: h}, riutils.DefaultConfig(),
+//		func(w *dsfabric.Worker, m *riutils.Messengers) { // on each worker thread
+//			m.Call(dst, work, args) // one-sided: written into dst's memory
+//			riutils.Serve(w, m)     // run the calls written to this thread
+//		})
+//	defer job.Close()
+//
+// Start is NewProcess, dsfabric.Start and Bind in one call, and hands each
+// worker its messengers once bound; the package Example runs it.
 //
 // # Protocol
 //

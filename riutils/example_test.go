@@ -10,26 +10,21 @@ import (
 )
 
 // Thread 1 makes one-sided calls to thread 0: ten plain calls, a batch
-// through a trad Aggregator, and a call-and-return.
+// through a trad Aggregator, and a call-and-return. Start starts the job
+// and hands each worker thread its messengers, ready to call.
 func Example() {
 	h := dsfabric.NewHandlers()
-	ri, _ := riutils.NewProcess(h, riutils.DefaultConfig()) // before Start
 	var sum atomic.Int64
-	var done atomic.Bool
 	add, _ := h.Register("add", func(c *dsfabric.Call, args []byte) ([]byte, error) {
 		sum.Add(int64(args[0]))
 		return nil, nil
 	})
 	double, _ := dsfabric.RegisterTyped(h, "double", func(c *dsfabric.Call, v int) (int, error) { return 2 * v, nil })
-	ready, out := make(chan struct{}), make(chan string, 1)
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{Procs: 1, ThreadsPerProcess: 2, Handlers: h,
-		Worker: func(w *dsfabric.Worker) {
-			<-ready
-			m, _ := ri.Messengers(int(w.ID()))
-			if w.ID() == 0 { // the callee polls for calls written to it
-				for !done.Load() {
-					m.Poll()
-				}
+	out := make(chan string, 1)
+	job, err := riutils.Start(context.Background(), dsfabric.Config{Procs: 1, ThreadsPerProcess: 2, Handlers: h}, riutils.DefaultConfig(),
+		func(w *dsfabric.Worker, m *riutils.Messengers) {
+			if w.ID() == 0 { // the callee runs the calls written to it
+				riutils.Serve(w, m)
 				return
 			}
 			for i := 1; i <= 10; i++ {
@@ -43,15 +38,12 @@ func Example() {
 			v, _ := riutils.NewRemoteValue[int](m, 16)
 			r, err := v.Call(context.Background(), 0, double, 21) // runs after the calls above
 			out <- fmt.Sprint(sum.Load(), r, err)
-			done.Store(true)
-		}})
+		})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer f.Close()
-	ri.Bind(f)
-	close(ready)
+	defer job.Close()
 	fmt.Println(<-out)
 	// Output: 155 42 <nil>
 }

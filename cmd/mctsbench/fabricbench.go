@@ -72,26 +72,17 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 		st.Load().record(args)
 		return nil, nil
 	})
-	ri, err := riutils.NewProcess(h, riutils.DefaultConfig())
-	if err != nil {
-		return nil, err
-	}
 	type job struct {
 		mode string
 		size int
 		done chan error
 	}
 	jobs := make(chan job)
-	var ready = make(chan struct{})
-	worker := func(w *dsfabric.Worker) {
-		<-ready
+	worker := func(w *dsfabric.Worker, m *riutils.Messengers) {
 		f := w.Fabric()
 		dst, _ := f.Names().Thread(0, 0)
-		m, merr := ri.Messengers(f.Names().ThreadRank(w.ID()))
 		var trad, ovfl *riutils.Aggregator
-		if merr == nil {
-			trad, merr = m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Trad})
-		}
+		trad, merr := m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Trad})
 		if merr == nil {
 			ovfl, merr = m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Ovfl})
 		}
@@ -148,7 +139,7 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 			}
 		}
 	}
-	f, err := startBound(procs, spec.transport, h, ri, worker, ready, stderr)
+	f, err := startJob(procs, spec.transport, h, worker, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -205,19 +196,14 @@ func transportName(t string) string {
 	return t
 }
 
-// startBound starts a job whose workers wait on ready, binds ri to it and
-// releases the workers. Ranks other than 0 print to stderr, not stdout.
-func startBound(procs int, transport string, h *dsfabric.Handlers, ri *riutils.Process, worker func(*dsfabric.Worker), ready chan struct{}, stderr io.Writer) (*dsfabric.Fabric, error) {
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
-		Procs: procs, Handlers: h, Transport: transport, Worker: worker, Stdout: stderr,
-	})
+// startJob starts a job with one-sided invocation (riutils.Start) and
+// returns its fabric. Ranks other than 0 print to stderr, not stdout.
+func startJob(procs int, transport string, h *dsfabric.Handlers, worker riutils.WorkerFunc, stderr io.Writer) (*dsfabric.Fabric, error) {
+	job, err := riutils.Start(context.Background(), dsfabric.Config{
+		Procs: procs, Handlers: h, Transport: transport, Stdout: stderr,
+	}, riutils.DefaultConfig(), worker)
 	if err != nil {
 		return nil, err
 	}
-	if err := ri.Bind(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	close(ready)
-	return f, nil
+	return job.Fabric, nil
 }

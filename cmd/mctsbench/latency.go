@@ -73,21 +73,10 @@ func runLatency(size, n int, transport string, stderr io.Writer) (*LatencyResult
 	var stop atomic.Bool
 	echo, _ := h.Register("latency.echo", func(c *dsfabric.Call, a []byte) ([]byte, error) { return a, nil })
 	hStop, _ := h.Register("latency.stop", func(c *dsfabric.Call, a []byte) ([]byte, error) { stop.Store(true); return nil, nil })
-	ri, err := riutils.NewProcess(h, riutils.DefaultConfig())
-	if err != nil {
-		return nil, err
-	}
-	ready := make(chan struct{})
 	result := make(chan *LatencyResult, 1)
 	failed := make(chan error, 1)
-	worker := func(w *dsfabric.Worker) {
-		<-ready
+	worker := func(w *dsfabric.Worker, m *riutils.Messengers) {
 		f := w.Fabric()
-		m, err := ri.Messengers(0)
-		if err != nil {
-			failed <- err
-			return
-		}
 		if f.Rank() != 0 {
 			for !stop.Load() {
 				m.Poll()
@@ -129,7 +118,7 @@ func runLatency(size, n int, transport string, stderr io.Writer) (*LatencyResult
 		}
 		failed <- err
 	}
-	f, err := startBound(2, transport, h, ri, worker, ready, stderr)
+	f, err := startJob(2, transport, h, worker, stderr)
 	if err != nil {
 		return nil, err
 	}

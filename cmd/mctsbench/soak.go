@@ -58,7 +58,6 @@ type SoakReport struct {
 // soakRank is one process's state.
 type soakRank struct {
 	f        *dsfabric.Fabric
-	ri       *riutils.Process
 	ids      map[string]dsfabric.HandlerID
 	threads  []*soakThread // local, by thread rank
 	errs     atomic.Int64
@@ -418,31 +417,22 @@ func runSoak(procs, threads int, duration time.Duration, transport string, stder
 	if err := s.register(h); err != nil {
 		return nil, err
 	}
-	ri, err := riutils.NewProcess(h, riutils.DefaultConfig())
-	if err != nil {
-		return nil, err
-	}
-	s.ri = ri
-	ready := make(chan struct{})
 	start := make(chan time.Time, threads)
 	var done sync.WaitGroup
 	done.Add(threads)
-	worker := func(w *dsfabric.Worker) {
-		<-ready
-		deadline := <-start
-		x := &soakSender{s: s, w: w, self: w.ID(), dests: map[dsfabric.ThreadID]alloc.Locator{}, rng: rand.New(rand.NewPCG(uint64(w.ID()), uint64(time.Now().UnixNano())))}
+	worker := func(w *dsfabric.Worker, m *riutils.Messengers) {
+		deadline := <-start // sent once the job below is set up
+		x := &soakSender{s: s, w: w, m: m, self: w.ID(), dests: map[dsfabric.ThreadID]alloc.Locator{}, rng: rand.New(rand.NewPCG(uint64(w.ID()), uint64(time.Now().UnixNano())))}
 		all := s.f.Names().Threads()
 		for ch := range x.seq {
 			x.seq[ch] = make([]uint64, all)
 		}
 		var err error
-		if x.m, err = ri.Messengers(s.f.Names().ThreadRank(w.ID())); err == nil {
-			if x.trad, err = x.m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Trad}); err == nil {
-				if x.ovfl, err = x.m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Ovfl}); err == nil {
-					if x.obj, err = x.m.NewRemoteObject(4096); err == nil {
-						if x.sy, err = x.m.NewSynchronizer(0); err == nil {
-							x.orig, err = s.f.Process().Registry().NewRegion(soakSlot, alloc.RegionConfig{Name: "soak-orig"})
-						}
+		if x.trad, err = x.m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Trad}); err == nil {
+			if x.ovfl, err = x.m.Aggregator(riutils.AggregatorConfig{Mode: riutils.Ovfl}); err == nil {
+				if x.obj, err = x.m.NewRemoteObject(4096); err == nil {
+					if x.sy, err = x.m.NewSynchronizer(0); err == nil {
+						x.orig, err = s.f.Process().Registry().NewRegion(soakSlot, alloc.RegionConfig{Name: "soak-orig"})
 					}
 				}
 			}
@@ -466,15 +456,13 @@ func runSoak(procs, threads int, duration time.Duration, transport string, stder
 			}
 		}
 	}
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h, Worker: worker, Stdout: stderr})
+	job, err := riutils.Start(context.Background(), dsfabric.Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h, Stdout: stderr}, riutils.DefaultConfig(), worker)
 	if err != nil {
 		return nil, err
 	}
+	f := job.Fabric
 	defer f.Close()
 	s.f = f
-	if err := ri.Bind(f); err != nil {
-		return nil, err
-	}
 	all := f.Names().Threads()
 	s.threads = make([]*soakThread, threads)
 	for i := range s.threads {
@@ -492,7 +480,6 @@ func runSoak(procs, threads int, duration time.Duration, transport string, stder
 		s.threads[i] = t
 	}
 	ctx := context.Background()
-	close(ready)
 	if err := f.Barrier(ctx); err != nil {
 		return nil, err
 	}
