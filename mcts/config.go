@@ -44,6 +44,10 @@ type Config struct {
 	Progress func(done, budget int)
 	// ProgressEvery is the interval between Progress calls. Default 250 ms.
 	ProgressEvery time.Duration
+	// Messaging configures the one-sided messengers the search calls
+	// through (chunk size, asynchronous bytes, logger). Default: its zero
+	// value means riutils.DefaultConfig().
+	Messaging riutils.Config
 }
 
 // DefaultConfig returns the documented defaults.

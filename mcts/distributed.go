@@ -47,7 +47,6 @@ type Distributed struct {
 	cfg     Config
 	game    Game
 	f       *dsfabric.Fabric
-	ri      *riutils.Process
 	log     *slog.Logger
 	ids     [numKinds]dsfabric.HandlerID
 	threads int // per process
@@ -142,21 +141,17 @@ func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Dis
 		}
 		d.ids[k] = id
 	}
-	ri, err := riutils.NewProcess(fc.Handlers, riutils.DefaultConfig())
+	fc.Worker = nil
+	rc := cfg.Messaging
+	if rc == (riutils.Config{}) {
+		rc = riutils.DefaultConfig()
+	}
+	job, err := riutils.Start(ctx, fc, rc, d.run)
 	if err != nil {
 		return nil, err
 	}
-	d.ri = ri
-	fc.Worker = d.run
-	f, err := dsfabric.Start(ctx, fc)
-	if err != nil {
-		return nil, err
-	}
+	f := job.Fabric
 	d.f = f
-	if err := ri.Bind(f); err != nil {
-		f.Close()
-		return nil, err
-	}
 	names := f.Names()
 	d.threads = names.ThreadsPerProcess
 	d.all = names.Threads()
@@ -309,15 +304,13 @@ func (d *Distributed) local(t dsfabric.ThreadID) *worker {
 }
 
 // run is the body of every worker thread.
-func (d *Distributed) run(fw *dsfabric.Worker) {
-	<-d.ready
+func (d *Distributed) run(fw *dsfabric.Worker, m *riutils.Messengers) {
+	<-d.ready // the search's own state, set up once Start returns
 	w := d.local(fw.ID())
 	defer d.exited.Done()
-	m, err := d.ri.Messengers(int(fw.ID() - d.base))
-	if err == nil {
-		w.m = m
-		w.agg, err = m.Aggregator(riutils.AggregatorConfig{Mode: d.cfg.Mode})
-	}
+	w.m = m
+	var err error
+	w.agg, err = m.Aggregator(riutils.AggregatorConfig{Mode: d.cfg.Mode})
 	if err != nil {
 		d.fail(fmt.Errorf("mcts: thread %d: %w", fw.ID(), err))
 		return

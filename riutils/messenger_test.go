@@ -36,32 +36,18 @@ func job(t testing.TB, procs, threads int, transport string, cfg Config, reg fun
 	h := dsfabric.NewHandlers()
 	reg(h)
 	cfg.Logger = quiet
-	p, err := NewProcess(h, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	errs := make(chan error, threads)
-	start := make(chan struct{})
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+	j, err := Start(context.Background(), dsfabric.Config{
 		Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h,
 		Args: jobtest.RunArgs(t), Logger: quiet,
-		Worker: func(w *dsfabric.Worker) {
-			<-start
-			m, err := p.Messengers(w.Fabric().Names().ThreadRank(w.ID()))
-			if err == nil {
-				err = body(m)
-			}
-			errs <- err
-			w.Serve(context.Background()) // until Close
-		},
+	}, cfg, func(w *dsfabric.Worker, m *Messengers) {
+		errs <- body(m)
+		w.Serve(context.Background()) // until Close
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Bind(f); err != nil {
-		t.Fatal(err)
-	}
-	close(start)
+	f := j.Fabric
 	for i := 0; i < threads; i++ {
 		if err := <-errs; err != nil {
 			t.Errorf("rank %d: %v", f.Rank(), err)

@@ -79,31 +79,14 @@ func dyingJob(t *testing.T, tr string, h *dsfabric.Handlers, body func(w *dsfabr
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Logger = quiet
-	p, err := NewProcess(h, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := make(chan struct{})
 	result := make(chan error, 2)
-	f, err := dsfabric.Start(context.Background(), dsfabric.Config{
+	j, err := Start(context.Background(), dsfabric.Config{
 		Procs: 2, Transport: tr, Handlers: h, Args: jobtest.RunArgs(t), Logger: quiet,
-		Worker: func(w *dsfabric.Worker) {
-			<-start
-			m, err := p.Messengers(0)
-			if err == nil {
-				err = body(w, m)
-			}
-			result <- err
-		},
-	})
+	}, cfg, func(w *dsfabric.Worker, m *Messengers) { result <- body(w, m) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Bind(f); err != nil {
-		t.Fatal(err)
-	}
-	close(start)
-	return f, <-result
+	return j.Fabric, <-result
 }
 
 func errString(err error) string {

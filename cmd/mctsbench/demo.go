@@ -53,7 +53,7 @@ type ThreadWork struct {
 
 type demoOpts struct {
 	procs, threads, board, visits, moves, playouts int
-	inFlight                                       int
+	inFlight, chunk                                int
 	mode, transport                                string
 	c                                              float64
 	seed                                           uint64
@@ -81,12 +81,20 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
 	fs.BoolVar(&o.seq, "seq", false, "run the sequential baseline (no fabric) instead")
 	fs.IntVar(&o.inFlight, "inflight", 0, "rollouts under way at once (0: 8 per worker thread × processes)")
+	fs.IntVar(&o.chunk, "chunk", 0, "bytes of each chunk of a receiver's memory for one-sided calls (0: riutils' default, 2 MiB)")
 	fs.BoolVar(&o.noShortcut, "no-shortcut", false, "send every node operation as a call, even within a process")
 }
 
 func (o demoOpts) searchConfig() (mcts.Config, error) {
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Playouts, cfg.C, cfg.Seed, cfg.NoShortcut, cfg.InFlight = o.visits, o.playouts, o.c, o.seed, o.noShortcut, o.inFlight
+	if o.chunk != 0 {
+		cfg.Messaging = riutils.DefaultConfig()
+		cfg.Messaging.ChunkSize = o.chunk
+		if err := cfg.Messaging.VerifyConfig(); err != nil {
+			return cfg, fmt.Errorf("-chunk: %w", err)
+		}
+	}
 	switch o.mode {
 	case "trad":
 		cfg.Mode = riutils.Trad
