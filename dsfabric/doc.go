@@ -1,5 +1,5 @@
 // Package dsfabric is the distributed-system fabric of Seriema for Go
-// (DESIGN.md §5, the paper's §3 and §4.3): it forms a job of processes,
+// (docs/design.md §5, the paper's §3 and §4.3): it forms a job of processes,
 // names their threads, and carries send-based ("no-setup") calls between
 // them. It is usable on its own, without riutils.
 //

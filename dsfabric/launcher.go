@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Environment variables of the bootstrap (DESIGN.md §5).
+// Environment variables of the bootstrap (docs/design.md §5).
 const (
 	EnvRank  = "SERIEMA_RANK"      // set by the self-launcher in children
 	EnvSize  = "SERIEMA_SIZE"      // set by the self-launcher in children

@@ -3,7 +3,7 @@ package dsfabric
 import "fmt"
 
 // ThreadID names a worker thread anywhere in the job:
-// rank × ThreadsPerProcess + thread rank (DESIGN.md §5).
+// rank × ThreadsPerProcess + thread rank (docs/design.md §5).
 type ThreadID uint32
 
 // Names converts between ThreadIDs, process ranks, thread ranks and

@@ -103,7 +103,7 @@ func waitProc(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 	return nil
 }
 
-// TestWrongSecretRejected (DESIGN §5): a hello with a wrong job token is
+// TestWrongSecretRejected (docs/design.md §5): a hello with a wrong job token is
 // refused with a clear log line, and the job still forms.
 func TestWrongSecretRejected(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "coord.sock")
@@ -156,7 +156,7 @@ func TestMissingRankTimesOut(t *testing.T) {
 	}
 }
 
-// TestKilledRankNoticed (DESIGN §5 failure): SIGKILL of rank 2 is noticed by
+// TestKilledRankNoticed (docs/design.md §5 failure): SIGKILL of rank 2 is noticed by
 // the others within 2 s, calls to it fail naming it, the self-launcher
 // exits non-zero naming it, and no process is left behind.
 func TestKilledRankNoticed(t *testing.T) {

@@ -105,7 +105,7 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 }
 
 // Publish copies src into dst following the visibility contract of
-// DESIGN.md §4: when the copy ends on an 8-byte boundary, its last word is
+// docs/design.md §4: when the copy ends on an 8-byte boundary, its last word is
 // stored last, atomically with release semantics, so a reader that sees it
 // (an acquire load: sync/atomic's Load) sees every byte before it. Records
 // seal themselves with that word. It is what every one-sided write here

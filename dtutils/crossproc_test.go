@@ -348,7 +348,7 @@ func runPeers(t *testing.T, a, b *peerProc) {
 	}
 }
 
-// TestCrossProcessAtomics (DESIGN §4): two processes FetchAdd on each
+// TestCrossProcessAtomics (docs/design.md §4): two processes FetchAdd on each
 // other's word while each adds to its own locally: both words sum exactly.
 func TestCrossProcessAtomics(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
@@ -358,7 +358,7 @@ func TestCrossProcessAtomics(t *testing.T) {
 	}
 }
 
-// TestCrossProcessSealVisibility (DESIGN §4 visibility contract): a reader
+// TestCrossProcessSealVisibility (docs/design.md §4 visibility contract): a reader
 // polling seal words in another process never sees a seal before the
 // payload that precedes it.
 func TestCrossProcessSealVisibility(t *testing.T) {

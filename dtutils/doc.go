@@ -1,5 +1,5 @@
 // Package dtutils is verbs-style data transfer without RDMA hardware: the
-// DTutils layer of Seriema (DESIGN.md §4, the paper's §4.1). It is usable on
+// DTutils layer of Seriema (docs/design.md §4, the paper's §4.1). It is usable on
 // its own, below dsfabric and riutils.
 //
 // # Model

@@ -8,7 +8,7 @@ import (
 )
 
 // slowConnects is the reference: a breadth-first search over the
-// neighbour definition of DESIGN §7, written independently of the bit
+// neighbour definition of docs/design.md §7, written independently of the bit
 // sweeps; Black joins row 0 to row n−1, White column 0 to column n−1.
 func slowConnects(b *Board, col Color) bool {
 	n := b.size
@@ -370,7 +370,7 @@ func TestRNGIntnUniform(t *testing.T) {
 }
 
 // BenchmarkPlayout11 is one uniform fill-playout of an empty 11×11 board per
-// op, winner included (DESIGN §9: ≥ 1 M per second per core, 0 allocs).
+// op, winner included (docs/design.md §9: ≥ 1 M per second per core, 0 allocs).
 func BenchmarkPlayout11(b *testing.B) {
 	board := mustBoard(b, 11)
 	r := NewRNG(7)

@@ -39,7 +39,7 @@ func statsOf(t uint32, w [numStats]uint64) Stats {
 // ErrClosed is returned by Search after Close.
 var ErrClosed = errors.New("mcts: search closed")
 
-// Distributed is the tree-parallel search of DESIGN §7 over a job of
+// Distributed is the tree-parallel search of docs/design.md §7 over a job of
 // processes. Every rank calls Start with the same arguments; rank 0 then
 // calls Search for each move and Close at the end, the others call Serve,
 // which returns once rank 0 has closed, then Close.

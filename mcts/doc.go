@@ -1,6 +1,6 @@
 // Package mcts is Monte-Carlo Tree Search over a Game interface: a
 // sequential search, the baseline, and the tree-parallel distributed search
-// of DESIGN.md §7 (the paper's §5.3) over riutils Aggregators. The game
+// of docs/design.md §7 (the paper's §5.3) over riutils Aggregators. The game
 // holds no search and no communication code; Hex (package hex) is adapted
 // by HexState.
 //

@@ -1,4 +1,4 @@
-// Package riutils is one-sided remote invocation (DESIGN.md §6, the paper's
+// Package riutils is one-sided remote invocation (docs/design.md §6, the paper's
 // §4.4): a thread writes a call straight into memory owned by the
 // destination thread, which finds complete calls by polling its own memory
 // and runs them in order.

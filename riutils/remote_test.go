@@ -12,7 +12,7 @@ import (
 	"github.com/seriema-go/seriema/dsfabric"
 )
 
-// TestCallReturnRemoteObject (DESIGN §6): one-sided call-and-return across
+// TestCallReturnRemoteObject (docs/design.md §6): one-sided call-and-return across
 // processes over shm and tcp, typed and raw, with error results, unknown
 // handlers, results too big for the object, and a call to oneself.
 func TestCallReturnRemoteObject(t *testing.T) {

@@ -361,7 +361,7 @@ func TestSealSeparatesNeighbours(t *testing.T) {
 	}
 }
 
-// TestShutdownHandshake (DESIGN §6): from the sender's side, every call
+// TestShutdownHandshake (docs/design.md §6): from the sender's side, every call
 // written before Shutdown runs, the handshake completes and a later call
 // opens a new messenger; from the receiver's side, the sender's next call
 // completes the handshake and fails with ErrClosed, as do later ones.

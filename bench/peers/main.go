@@ -1,5 +1,5 @@
 // Command peers measures the Go RPC systems Seriema for Go is compared with
-// (DESIGN.md §9), over a unix socket between two processes, with the sizes
+// (docs/design.md §9), over a unix socket between two processes, with the sizes
 // and the JSON schema of `mctsbench micro` and `mctsbench latency`:
 //
 //	netrpc        net/rpc calls, pipelined with Go() and a window of 128

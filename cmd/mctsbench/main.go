@@ -12,7 +12,7 @@
 //	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
 //	mctsbench conn    [-modes conn,unix,tcp] [-n N] [-stream-sizes 64,4096,65536] [-json]
 //
-// See DESIGN.md §8.
+// See docs/design.md §8.
 package main
 
 import (

@@ -237,7 +237,7 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f", a/b)
 }
 
-// goal writes one DESIGN §9 check.
+// goal writes one docs/design.md §9 check.
 func goal(w *strings.Builder, name string, got, want float64, higher bool) {
 	status := "**met**"
 	if got == 0 {
@@ -475,7 +475,7 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	fmt.Fprintf(&w, "\n![peers](%s/peers.png)\n\n", img)
 
 	// Goals
-	w.WriteString("### DESIGN §9 ratios in this run\n\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
+	w.WriteString("### The ratios of docs/design.md §9 in this run\n\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
 	minOver := func(num, den string) float64 {
 		m := 0.0
 		for i, s := range sizes {
