@@ -1,7 +1,6 @@
 package hex
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 )
@@ -48,16 +47,6 @@ func (c Color) String() string {
 // Cell is a cell index y*size+x of a board of a given size; the column x is
 // written as a letter and the row y+1 as a number: a1 is the top-left cell.
 type Cell int16
-
-// Errors of moves and cell names.
-var (
-	ErrBadSize   = errors.New("hex: board size out of range")
-	ErrBadCell   = errors.New("hex: malformed or off-board cell")
-	ErrOccupied  = errors.New("hex: cell is occupied")
-	ErrBadColor  = errors.New("hex: not a player")
-	ErrGameOver  = errors.New("hex: the game is over")
-	ErrBadFormat = errors.New("hex: malformed board encoding")
-)
 
 // Board is a Hex position: stones, the side to move and its Zobrist hash.
 // It is a value (copying it copies the position) and allocates nothing.

@@ -1,7 +1,6 @@
 package mcts
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -55,22 +54,20 @@ func DefaultConfig() Config {
 	return Config{Budget: 20000, Playouts: 16, C: 1.0, Mode: riutils.Trad, ProgressEvery: 250 * time.Millisecond}
 }
 
-// ErrConfig is wrapped by every configuration error.
-var ErrConfig = errors.New("mcts: invalid configuration")
 
 // VerifyConfig reports the first invalid field.
 func (c Config) VerifyConfig() error {
 	switch {
 	case c.Budget < 1:
-		return fmt.Errorf("%w: Budget %d (want ≥ 1)", ErrConfig, c.Budget)
+		return fmt.Errorf("%w: Budget %d (want ≥ 1)", ErrBadConfig, c.Budget)
 	case c.Playouts < 1 || c.Playouts > 1<<16:
-		return fmt.Errorf("%w: Playouts %d (want 1…65536)", ErrConfig, c.Playouts)
+		return fmt.Errorf("%w: Playouts %d (want 1…65536)", ErrBadConfig, c.Playouts)
 	case c.C < 0:
-		return fmt.Errorf("%w: C %v (want ≥ 0)", ErrConfig, c.C)
+		return fmt.Errorf("%w: C %v (want ≥ 0)", ErrBadConfig, c.C)
 	case c.Mode != riutils.Trad && c.Mode != riutils.Ovfl:
-		return fmt.Errorf("%w: Mode %d", ErrConfig, c.Mode)
+		return fmt.Errorf("%w: Mode %d", ErrBadConfig, c.Mode)
 	case c.InFlight < 0:
-		return fmt.Errorf("%w: InFlight %d", ErrConfig, c.InFlight)
+		return fmt.Errorf("%w: InFlight %d", ErrBadConfig, c.InFlight)
 	}
 	return nil
 }

@@ -37,7 +37,6 @@ func statsOf(t uint32, w [numStats]uint64) Stats {
 }
 
 // ErrClosed is returned by Search after Close.
-var ErrClosed = errors.New("mcts: search closed")
 
 // Distributed is the tree-parallel search of docs/design.md §7 over a job of
 // processes. Every rank calls Start with the same arguments; rank 0 then
@@ -207,13 +206,13 @@ func (d *Distributed) Err() error {
 // root, and returns the most visited child.
 func (d *Distributed) Search(ctx context.Context, state State) (Result, error) {
 	if d.f.Rank() != 0 {
-		return Result{}, fmt.Errorf("mcts: Search runs on rank 0 (this is rank %d)", d.f.Rank())
+		return Result{}, fmt.Errorf("%w (this is rank %d)", ErrNotRoot, d.f.Rank())
 	}
 	if d.closed.Load() {
 		return Result{}, ErrClosed
 	}
 	if state.Winner() >= 0 {
-		return Result{}, fmt.Errorf("mcts: the game is over")
+		return Result{}, ErrGameOver
 	}
 	req := request{state: state.Clone(), reply: make(chan Result, 1)}
 	select {

@@ -16,7 +16,7 @@ func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	if root.Winner() >= 0 {
-		return Result{}, fmt.Errorf("mcts: the game is over")
+		return Result{}, ErrGameOver
 	}
 	seed := cfg.Seed
 	if seed == 0 {

@@ -2,7 +2,6 @@ package mcts
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
@@ -20,7 +19,6 @@ import (
 //	          rollouts, calls received
 
 // ErrMessage is wrapped by every malformed call.
-var ErrMessage = errors.New("mcts: malformed call")
 
 const (
 	kindDescend = iota
