@@ -54,7 +54,6 @@ func DefaultConfig() Config {
 	return Config{Budget: 20000, Playouts: 16, C: 1.0, Mode: riutils.Trad, ProgressEvery: 250 * time.Millisecond}
 }
 
-
 // VerifyConfig reports the first invalid field.
 func (c Config) VerifyConfig() error {
 	switch {
