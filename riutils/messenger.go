@@ -186,17 +186,11 @@ func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w within %v", ErrNotBound, bindWait)
 	}
 	f := p.f.Load()
-	if len(args) != allocReqSize {
-		return nil, fmt.Errorf("%w: allocation request of %d bytes", ErrProtocol, len(args))
-	}
-	src := dsfabric.ThreadID(binary.LittleEndian.Uint32(args[0:]))
-	dst := dsfabric.ThreadID(binary.LittleEndian.Uint32(args[4:]))
-	count := int(binary.LittleEndian.Uint32(args[8:]))
-	size := int(binary.LittleEndian.Uint32(args[12:]))
-	var fb alloc.Locator
-	if err := fb.UnmarshalBinary(args[16:]); err != nil {
+	req, err := parseAllocReq(args)
+	if err != nil {
 		return nil, err
 	}
+	src, dst, count, size, fb := req.src, req.dst, req.count, req.size, req.feedback
 	n := f.Names()
 	if !n.Valid(dst) || n.Rank(dst) != f.Rank() || size != p.cfg.ChunkSize || count < 1 || count > p.cfg.MaxChunks {
 		return nil, fmt.Errorf("%w: allocation of %d×%d bytes for thread %d", ErrProtocol, count, size, dst)
@@ -206,7 +200,7 @@ func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
 		return nil, err
 	}
 	batch := make([][]byte, count)
-	out := binary.LittleEndian.AppendUint32(nil, uint32(count))
+	out := appendAllocReply(nil, count)
 	for i := range batch {
 		cm := mems[i]
 		b := cm.Bytes()

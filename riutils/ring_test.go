@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
 )
 
@@ -530,4 +531,31 @@ func TestShutdownReturnsChunks(t *testing.T) {
 			}
 			return nil
 		})
+}
+
+// FuzzAllocMessages: the chunk-allocation request and reply decoders
+// refuse malformed input with ErrProtocol, never panic, and what the
+// request decoder accepts encodes back the same.
+func FuzzAllocMessages(f *testing.F) {
+	loc := alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 2}, Offset: 64, Length: 8, Key: 9}
+	f.Add(allocReq{src: 3, dst: 4, count: 2, size: 1 << 20, feedback: loc}.marshal())
+	reply, _ := loc.AppendBinary(appendAllocReply(nil, 1))
+	f.Add(reply)
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := parseAllocReq(b); err == nil {
+			if !bytes.Equal(r.marshal(), b) {
+				t.Fatal("request re-encoding differs")
+			}
+		} else if !errors.Is(err, ErrProtocol) {
+			t.Fatalf("request error not wrapping ErrProtocol: %v", err)
+		}
+		for want := 0; want <= 2; want++ {
+			if locs, err := parseAllocReply(b, want); err == nil && len(locs) != want {
+				t.Fatalf("reply of %d locators for %d", len(locs), want)
+			} else if err != nil && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("reply error not wrapping ErrProtocol: %v", err)
+			}
+		}
+	})
 }

@@ -74,24 +74,16 @@ func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
 // destination thread takes no part).
 func (s *sender) allocate(k int) ([]alloc.Locator, error) {
 	cfg := s.m.p.cfg
-	req := make([]byte, 16, allocReqSize)
-	binary.LittleEndian.PutUint32(req[0:], uint32(s.m.self))
-	binary.LittleEndian.PutUint32(req[4:], uint32(s.dst))
-	binary.LittleEndian.PutUint32(req[8:], uint32(k))
-	binary.LittleEndian.PutUint32(req[12:], uint32(cfg.ChunkSize))
-	req, _ = s.fbLoc.AppendBinary(req)
+	req := allocReq{src: s.m.self, dst: s.dst, count: k, size: cfg.ChunkSize, feedback: s.fbLoc}.marshal()
 	out, err := s.m.f.CallServiceReturn(context.Background(), s.m.self, s.rank, s.m.p.allocID, req)
 	if err != nil {
 		return nil, err
 	}
-	if len(out) < 4 || int(binary.LittleEndian.Uint32(out)) != k || len(out) != 4+32*k {
-		return nil, fmt.Errorf("%w: allocation reply of %d bytes for %d chunks", ErrProtocol, len(out), k)
+	locs, err := parseAllocReply(out, k)
+	if err != nil {
+		return nil, err
 	}
-	locs := make([]alloc.Locator, k)
 	for i := range locs {
-		if err := locs[i].UnmarshalBinary(out[4+32*i : 4+32*(i+1)]); err != nil {
-			return nil, err
-		}
 		if int(locs[i].Length) != cfg.ChunkSize || locs[i].Process != uint32(s.rank) {
 			return nil, fmt.Errorf("%w: chunk %v for rank %d", ErrProtocol, locs[i], s.rank)
 		}

@@ -173,6 +173,59 @@ func parseRecord(c []byte, pos int) (record, int, error) {
 // reply: u32 count, then count × alloc.Locator of the new chunks.
 const allocReqSize = 16 + 32
 
+// allocReq is an allocation request.
+type allocReq struct {
+	src, dst    dsfabric.ThreadID
+	count, size int
+	feedback    alloc.Locator
+}
+
+func (r allocReq) marshal() []byte {
+	b := make([]byte, 16, allocReqSize)
+	binary.LittleEndian.PutUint32(b[0:], uint32(r.src))
+	binary.LittleEndian.PutUint32(b[4:], uint32(r.dst))
+	binary.LittleEndian.PutUint32(b[8:], uint32(r.count))
+	binary.LittleEndian.PutUint32(b[12:], uint32(r.size))
+	b, _ = r.feedback.AppendBinary(b)
+	return b
+}
+
+func parseAllocReq(b []byte) (allocReq, error) {
+	if len(b) != allocReqSize {
+		return allocReq{}, fmt.Errorf("%w: allocation request of %d bytes", ErrProtocol, len(b))
+	}
+	r := allocReq{
+		src:   dsfabric.ThreadID(binary.LittleEndian.Uint32(b[0:])),
+		dst:   dsfabric.ThreadID(binary.LittleEndian.Uint32(b[4:])),
+		count: int(binary.LittleEndian.Uint32(b[8:])),
+		size:  int(binary.LittleEndian.Uint32(b[12:])),
+	}
+	if err := r.feedback.UnmarshalBinary(b[16:]); err != nil {
+		return allocReq{}, fmt.Errorf("%w: allocation request: %w", ErrProtocol, err)
+	}
+	return r, nil
+}
+
+// appendAllocReply appends the reply's count; the chunks' locators follow
+// (alloc.Locator.AppendBinary).
+func appendAllocReply(b []byte, count int) []byte {
+	return binary.LittleEndian.AppendUint32(b, uint32(count))
+}
+
+// parseAllocReply decodes a reply that must carry want chunks.
+func parseAllocReply(b []byte, want int) ([]alloc.Locator, error) {
+	if len(b) < 4 || int(binary.LittleEndian.Uint32(b)) != want || len(b) != 4+32*want {
+		return nil, fmt.Errorf("%w: allocation reply of %d bytes for %d chunks", ErrProtocol, len(b), want)
+	}
+	locs := make([]alloc.Locator, want)
+	for i := range locs {
+		if err := locs[i].UnmarshalBinary(b[4+32*i : 4+32*(i+1)]); err != nil {
+			return nil, fmt.Errorf("%w: allocation reply: %w", ErrProtocol, err)
+		}
+	}
+	return locs, nil
+}
+
 // Batches (Aggregator, trad mode) are one record whose handler is
 // batchHandler and whose arguments are inner records:
 //
