@@ -243,7 +243,7 @@ func (c *coordinator) exchange(own []epEntry, deadline time.Time) ([]epEntry, er
 		for from := 0; from < size; from++ {
 			for _, e := range all[from] {
 				if int(e.peer) == to {
-					es = append(es, epEntry{peer: uint32(from), transport: e.transport, ep: e.ep})
+					es = append(es, epEntry{peer: uint32(from), ep: e.ep})
 				}
 			}
 		}

@@ -419,7 +419,6 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 			return nil, fmt.Errorf("%w: Transport is shm but rank %d is not reachable through shared memory: %v", ErrBootstrap, r, why)
 		}
 		var prov dtutils.Provider
-		code := uint8(transportSHM)
 		switch {
 		case f.cfg.Transport == "ofi":
 			if ofi == nil {
@@ -428,7 +427,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 				}
 				f.provs = append(f.provs, ofi)
 			}
-			prov, code = ofi, transportOFI
+			prov = ofi
 			f.transports[r] = "ofi"
 		case !shmWith[r]:
 			if tcp == nil {
@@ -437,7 +436,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 				}
 				f.provs = append(f.provs, tcp)
 			}
-			prov, code = tcp, transportTCP
+			prov = tcp
 			f.transports[r] = "tcp"
 		default:
 			prov = f.shm
@@ -453,8 +452,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 			return nil, err
 		}
 		f.peers[r] = &peer{rank: r, qp: qp, data: data}
-		own = append(own, epEntry{peer: uint32(r), transport: code, ep: qp.Endpoint()},
-			epEntry{peer: uint32(r), transport: code, ep: data.Endpoint()})
+		own = append(own, epEntry{peer: uint32(r), ep: qp.Endpoint()}, epEntry{peer: uint32(r), ep: data.Endpoint()})
 	}
 	// Calls to this process's own threads take the same path, over loop.
 	lf := dtutils.NewLoopFabric()

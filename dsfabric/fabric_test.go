@@ -410,7 +410,7 @@ func FuzzCallMessage(f *testing.F) {
 func FuzzCoordinatorMessages(f *testing.F) {
 	f.Add(hello{rank: 1, size: 2, token: []byte("t"), machine: "m", probe: []byte{1, 2, 3}}.encode())
 	f.Add(encodeTable([]member{{machine: "a"}, {machine: "b", probe: []byte("p")}}))
-	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 1, transport: transportTCP, ep: []byte{1, 2}}}))
+	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 1, ep: []byte{1, 2}}}))
 	f.Add(encodeRanks(msgReach, []int{0, 3}))
 	f.Add(encodeRanks(msgPlan, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -27,7 +27,7 @@ const (
 	msgReach     = 10 // r → 0: count u32, rank u32 × count: ranks whose shm probe r passed
 	msgPlan      = 11 // 0 → r: count u32, rank u32 × count: ranks r talks to over shm (both probes passed)
 
-	protoVersion  = 2
+	protoVersion  = 3 // 3: endpoint entries lost their transport byte
 	maxCoordFrame = 16 << 20
 	maxString     = 1 << 20
 )
@@ -183,16 +183,16 @@ func decodeRanks(b []byte, typ uint8, size int) ([]int, error) {
 }
 
 // epEntry is one queue-pair endpoint in msgEndpoints / msgPeers.
+// The endpoint bytes name their transport themselves (dtutils).
 type epEntry struct {
-	peer      uint32
-	transport uint8 // 1 shm, 2 tcp
-	ep        []byte
+	peer uint32
+	ep   []byte
 }
 
 func encodeEndpoints(typ uint8, es []epEntry) []byte {
 	w := wbuf{typ}.u32(uint32(len(es)))
 	for _, e := range es {
-		w = w.u32(e.peer).u8(e.transport).str(e.ep)
+		w = w.u32(e.peer).str(e.ep)
 	}
 	return w
 }
@@ -208,20 +208,14 @@ func decodeEndpoints(b []byte, typ uint8, size int) ([]epEntry, error) {
 	}
 	var es []epEntry
 	for i := 0; i < int(n) && r.err == nil; i++ {
-		e := epEntry{peer: r.u32(), transport: r.u8(), ep: r.str()}
-		if r.err == nil && (int(e.peer) >= size || (e.transport < transportSHM || e.transport > transportOFI)) {
-			return nil, fmt.Errorf("%w: endpoint for rank %d over transport %d", ErrBadMessage, e.peer, e.transport)
+		e := epEntry{peer: r.u32(), ep: r.str()}
+		if r.err == nil && int(e.peer) >= size {
+			return nil, fmt.Errorf("%w: endpoint for rank %d in a job of %d", ErrBadMessage, e.peer, size)
 		}
 		es = append(es, e)
 	}
 	return es, r.done()
 }
-
-const (
-	transportSHM = 1
-	transportTCP = 2
-	transportOFI = 3
-)
 
 // ---- calls (send-based messages between ranks) ----
 //
