@@ -689,3 +689,19 @@ func TestCircularConfigLimits(t *testing.T) {
 		t.Errorf("largest unit refused: %v", err)
 	}
 }
+
+func TestRegionConfigVerify(t *testing.T) {
+	if err := DefaultRegionConfig().VerifyConfig(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []RegionConfig{{Ladder: []Rung{numRungs}}, {Ladder: []Rung{-1}}, {Bind: true, Node: -1}} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	g := NewRegistry(0)
+	defer g.Close()
+	if _, err := g.NewRegion(4096, RegionConfig{Ladder: []Rung{numRungs}}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("NewRegion with a bad ladder: %v", err)
+	}
+}

@@ -77,6 +77,24 @@ type RegionConfig struct {
 	Node int
 }
 
+// DefaultRegionConfig returns the defaults: the default ladder, no binding.
+func DefaultRegionConfig() RegionConfig {
+	return RegionConfig{Ladder: append([]Rung(nil), DefaultLadder...)}
+}
+
+// VerifyConfig checks c: known rungs, a node number when Bind is set.
+func (c RegionConfig) VerifyConfig() error {
+	for _, r := range c.Ladder {
+		if r < 0 || r >= numRungs {
+			return fmt.Errorf("%w: unknown rung %d in Ladder", ErrBadConfig, int(r))
+		}
+	}
+	if c.Bind && c.Node < 0 {
+		return fmt.Errorf("%w: Node %d", ErrBadConfig, c.Node)
+	}
+	return nil
+}
+
 // Region is a shareable mapping of a memfd: the unit of registration. Peers
 // on the same machine map it through its file descriptor (passed over a unix
 // socket or to a child process); peers elsewhere reach it through a Locator

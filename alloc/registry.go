@@ -40,6 +40,9 @@ func (g *Registry) NewRegion(size int, cfg RegionConfig) (*Region, error) {
 	if uint64(size) > 1<<46 {
 		return nil, fmt.Errorf("%w: region of %d bytes", ErrTooLarge, size)
 	}
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
 	fd, mem, rung, bound, err := newMapping(size, cfg)
 	if err != nil {
 		return nil, err

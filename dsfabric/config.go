@@ -83,6 +83,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns the defaults: the zero Config with every field
+// filled as Start fills it (a new, empty handler set included).
+func DefaultConfig() Config {
+	var c Config
+	c.fill()
+	return c
+}
+
+// VerifyConfig checks c as Start does, after defaults.
+func (c Config) VerifyConfig() error { return c.fill() }
+
 func (c *Config) fill() error {
 	if c.Procs == 0 {
 		c.Procs = 1

@@ -71,3 +71,14 @@ func TestConfigTransport(t *testing.T) {
 		t.Errorf("Transport verbs accepted: %v", err)
 	}
 }
+
+// TestDefaultConfig: the defaults Start fills, and VerifyConfig as Start checks.
+func TestDefaultConfig(t *testing.T) {
+	d := DefaultConfig()
+	if d.Procs != 1 || d.ThreadsPerProcess != 1 || d.Handlers == nil || d.MaxMessage != 64<<10 || d.VerifyConfig() != nil {
+		t.Errorf("defaults %+v", d)
+	}
+	if err := (Config{Procs: -1}).VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("Procs -1: %v", err)
+	}
+}

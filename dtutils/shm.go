@@ -28,6 +28,27 @@ type SHMConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultSHMConfig returns the defaults (Dir empty: a private directory).
+func DefaultSHMConfig() SHMConfig { return SHMConfig{}.withDefaults() }
+
+func (c SHMConfig) withDefaults() SHMConfig {
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// VerifyConfig checks c (after defaults).
+func (c SHMConfig) VerifyConfig() error {
+	if c.withDefaults().ConnectTimeout < 0 {
+		return fmt.Errorf("%w: ConnectTimeout %v", ErrBadConfig, c.ConnectTimeout)
+	}
+	return nil
+}
+
 // shm: peers on one machine. A one-sided operation is a memcpy (or an atomic
 // instruction) by the poster into the peer's region, mapped from the memfd
 // the peer hands over on first use (SCM_RIGHTS over the peer's unix socket,
@@ -60,13 +81,11 @@ type shmProvider struct {
 
 // NewSHM returns an shm provider for proc.
 func NewSHM(proc *Process, cfg SHMConfig) (Provider, error) {
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = 10 * time.Second
+	cfg = cfg.withDefaults()
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	p := &shmProvider{proc: proc, cfg: cfg, log: log.With("transport", "shm", "rank", proc.cfg.Rank), dir: cfg.Dir, peers: make(map[string]*shmPeer), byToken: make(map[uint64]*shmQP)}
 	if p.dir == "" {
 		d, err := os.MkdirTemp("", "seriema-shm-")

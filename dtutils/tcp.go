@@ -43,6 +43,29 @@ func DefaultTCPConfig() TCPConfig {
 	return TCPConfig{Listen: "127.0.0.1:0", ConnectTimeout: 10 * time.Second}
 }
 
+func (c TCPConfig) withDefaults() TCPConfig {
+	d := DefaultTCPConfig()
+	if c.Listen == "" {
+		c.Listen = d.Listen
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
+	return c
+}
+
+// VerifyConfig checks c (after defaults).
+func (c TCPConfig) VerifyConfig() error {
+	c = c.withDefaults()
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("%w: Listen %q: %v", ErrBadConfig, c.Listen, err)
+	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("%w: ConnectTimeout %v", ErrBadConfig, c.ConnectTimeout)
+	}
+	return nil
+}
+
 // tcp: one connection per queue pair. Posted operations are framed into an
 // output buffer; whatever is queued goes out in one system call, written by
 // the first thread that polls (Process.Progress, or an empty Poll of the
@@ -75,12 +98,9 @@ type tcpProvider struct {
 
 // NewTCP returns a tcp provider for proc, listening per cfg.
 func NewTCP(proc *Process, cfg TCPConfig) (Provider, error) {
-	d := DefaultTCPConfig()
-	if cfg.Listen == "" {
-		cfg.Listen = d.Listen
-	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = d.ConnectTimeout
+	cfg = cfg.withDefaults()
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {

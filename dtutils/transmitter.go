@@ -24,6 +24,38 @@ type TransmitterConfig struct {
 	MaxGoroutines int
 }
 
+// DefaultTransmitterConfig returns the defaults for a queue pair whose
+// process allows maxUnsignaled unsignaled operations.
+func DefaultTransmitterConfig(maxUnsignaled int) TransmitterConfig {
+	return TransmitterConfig{}.withDefaults(maxUnsignaled)
+}
+
+func (c TransmitterConfig) withDefaults(maxUnsignaled int) TransmitterConfig {
+	if c.SignalEvery == 0 {
+		c.SignalEvery = max(1, maxUnsignaled/4)
+	}
+	if c.MaxGoroutines == 0 {
+		c.MaxGoroutines = 1024
+	}
+	return c
+}
+
+// VerifyConfig checks c (after defaults) for a queue pair whose process
+// allows maxUnsignaled unsignaled operations.
+func (c TransmitterConfig) VerifyConfig(maxUnsignaled int) error {
+	return c.withDefaults(maxUnsignaled).verify(maxUnsignaled)
+}
+
+func (c TransmitterConfig) verify(maxUnsignaled int) error {
+	if c.SignalEvery < 1 || c.SignalEvery > maxUnsignaled {
+		return fmt.Errorf("%w: SignalEvery %d must be in [1, MaxUnsignaled %d]", ErrBadConfig, c.SignalEvery, maxUnsignaled)
+	}
+	if c.MaxGoroutines < 1 || c.MaxGoroutines >= noSlot {
+		return fmt.Errorf("%w: MaxGoroutines %d must be in [1, 65535]", ErrBadConfig, c.MaxGoroutines)
+	}
+	return nil
+}
+
 // Transmitter is the paper's IBTransmitter (§4.1): it posts operations on a
 // queue pair from any number of goroutines, making only some of them
 // signaled, never overflowing the queue pair's MaxUnsignaled, and tagging
@@ -68,17 +100,9 @@ var _ alloc.Tracker = (*Transmitter)(nil)
 // NewTransmitter wraps a connected queue pair. The Transmitter must be the
 // only poster and poller of qp's completion queue.
 func NewTransmitter(qp QueuePair, maxUnsignaled int, cfg TransmitterConfig) (*Transmitter, error) {
-	if cfg.SignalEvery == 0 {
-		cfg.SignalEvery = max(1, maxUnsignaled/4)
-	}
-	if cfg.MaxGoroutines == 0 {
-		cfg.MaxGoroutines = 1024
-	}
-	if cfg.SignalEvery < 1 || cfg.SignalEvery > maxUnsignaled {
-		return nil, fmt.Errorf("%w: SignalEvery %d must be in [1, MaxUnsignaled %d]", ErrBadConfig, cfg.SignalEvery, maxUnsignaled)
-	}
-	if cfg.MaxGoroutines < 1 || cfg.MaxGoroutines >= noSlot {
-		return nil, fmt.Errorf("%w: MaxGoroutines %d", ErrBadConfig, cfg.MaxGoroutines)
+	cfg = cfg.withDefaults(maxUnsignaled)
+	if err := cfg.verify(maxUnsignaled); err != nil {
+		return nil, err
 	}
 	t := &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}
 	if i, ok := qp.(interface{ idle() }); ok {

@@ -42,6 +42,35 @@ type AggregatorConfig struct {
 	MaxExceeding int
 }
 
+// DefaultAggregatorConfig returns the defaults: Trad, 4 KiB batches, 8 MiB
+// kept by Ovfl at most.
+func DefaultAggregatorConfig() AggregatorConfig { return AggregatorConfig{}.withDefaults() }
+
+func (c AggregatorConfig) withDefaults() AggregatorConfig {
+	if c.FlushSize == 0 {
+		c.FlushSize = 4 << 10
+	}
+	if c.MaxExceeding == 0 {
+		c.MaxExceeding = 8 << 20
+	}
+	return c
+}
+
+// VerifyConfig checks c (after defaults); Messengers.Aggregator also checks
+// that a batch fits the messengers' chunks.
+func (c AggregatorConfig) VerifyConfig() error {
+	c = c.withDefaults()
+	switch {
+	case c.Mode != Trad && c.Mode != Ovfl:
+		return fmt.Errorf("%w: Mode %d", ErrBadConfig, c.Mode)
+	case c.FlushSize < innerHeader || c.FlushSize%8 != 0 || c.FlushSize > 128<<10:
+		return fmt.Errorf("%w: FlushSize %d (a multiple of 8, at most 128 KiB)", ErrBadConfig, c.FlushSize)
+	case c.MaxExceeding < 0:
+		return fmt.Errorf("%w: MaxExceeding %d", ErrBadConfig, c.MaxExceeding)
+	}
+	return nil
+}
+
 // Aggregator batches calls on top of a thread's Messengers (the paper's
 // RDMAAggregator). Like its Messengers, it belongs to one thread.
 type Aggregator struct {
@@ -62,20 +91,12 @@ type aggDst struct {
 
 // Aggregator returns an aggregator over m.
 func (m *Messengers) Aggregator(cfg AggregatorConfig) (*Aggregator, error) {
-	if cfg.FlushSize == 0 {
-		cfg.FlushSize = 4 << 10
+	cfg = cfg.withDefaults()
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
 	}
-	if cfg.MaxExceeding == 0 {
-		cfg.MaxExceeding = 8 << 20
-	}
-	if cfg.Mode != Trad && cfg.Mode != Ovfl {
-		return nil, fmt.Errorf("%w: Mode %d", ErrBadConfig, cfg.Mode)
-	}
-	if cfg.FlushSize < innerHeader || cfg.FlushSize%8 != 0 || recordSize(cfg.FlushSize) > m.p.cfg.ChunkSize-recordsStart || cfg.FlushSize > 128<<10 {
-		return nil, fmt.Errorf("%w: FlushSize %d (a multiple of 8, at most 128 KiB and one chunk)", ErrBadConfig, cfg.FlushSize)
-	}
-	if cfg.MaxExceeding < 0 {
-		return nil, fmt.Errorf("%w: MaxExceeding %d", ErrBadConfig, cfg.MaxExceeding)
+	if recordSize(cfg.FlushSize) > m.p.cfg.ChunkSize-recordsStart {
+		return nil, fmt.Errorf("%w: FlushSize %d does not fit a chunk of %d bytes", ErrBadConfig, cfg.FlushSize, m.p.cfg.ChunkSize)
 	}
 	return &Aggregator{m: m, cfg: cfg, out: map[dsfabric.ThreadID]*aggDst{}}, nil
 }

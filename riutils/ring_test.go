@@ -559,3 +559,15 @@ func FuzzAllocMessages(f *testing.F) {
 		}
 	})
 }
+
+// TestAggregatorConfig: defaults, and VerifyConfig's refusals.
+func TestAggregatorConfig(t *testing.T) {
+	if d := DefaultAggregatorConfig(); d.Mode != Trad || d.FlushSize != 4<<10 || d.MaxExceeding != 8<<20 || d.VerifyConfig() != nil {
+		t.Errorf("defaults %+v", d)
+	}
+	for _, c := range []AggregatorConfig{{Mode: 9}, {FlushSize: 12}, {FlushSize: 1 << 20}, {MaxExceeding: -1}} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package dtutils
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestConfigConventions: every Config of the package has its defaults and
+// a VerifyConfig that refuses out-of-range fields with ErrBadConfig.
+func TestConfigConventions(t *testing.T) {
+	if d := DefaultTransmitterConfig(1024); d.SignalEvery != 256 || d.MaxGoroutines != 1024 {
+		t.Errorf("DefaultTransmitterConfig: %+v", d)
+	}
+	if d := DefaultSHMConfig(); d.ConnectTimeout <= 0 || d.Logger == nil {
+		t.Errorf("DefaultSHMConfig: %+v", d)
+	}
+	for name, err := range map[string]error{
+		"tcp listen":        TCPConfig{Listen: "no port"}.VerifyConfig(),
+		"tcp timeout":       TCPConfig{ConnectTimeout: -1}.VerifyConfig(),
+		"shm timeout":       SHMConfig{ConnectTimeout: -1}.VerifyConfig(),
+		"signal every":      TransmitterConfig{SignalEvery: 10}.VerifyConfig(4),
+		"goroutines":        TransmitterConfig{MaxGoroutines: 1 << 20}.VerifyConfig(4),
+		"receive slots":     ProcessConfig{ReceiveSlots: 3, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
+		"ofi message bytes": OFIConfig{MessageSize: 1}.withDefaults().VerifyConfig(),
+	} {
+		if !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, err := range map[string]error{
+		"tcp":         DefaultTCPConfig().VerifyConfig(),
+		"shm":         DefaultSHMConfig().VerifyConfig(),
+		"transmitter": DefaultTransmitterConfig(16).VerifyConfig(16),
+		"process":     DefaultProcessConfig(0).VerifyConfig(),
+		"ofi":         DefaultOFIConfig().VerifyConfig(),
+	} {
+		if err != nil {
+			t.Errorf("default %s config refused: %v", name, err)
+		}
+	}
+}
