@@ -72,7 +72,7 @@ func run(ctx context.Context, out io.Writer) error {
 					agg.Call(1, square, binary.LittleEndian.AppendUint64(nil, i))
 				}
 				agg.Call(1, flush, nil) // after the numbers: thread 1 flushes its batch
-				agg.Flush() // thread 0 is done when the result comes back
+				agg.Flush()             // thread 0 is done when the result comes back
 			case 1:
 				next = agg
 			}
