@@ -450,117 +450,161 @@ func (w *worker) add(owner uint32, e uint32, n *node) (ref, bool) {
 	return ref{owner: owner, idx: uint32(len(ar.nodes) - 1)}, true
 }
 
+// do runs an action: one method per kind of call. A switch and not a table
+// of methods: through an indirect call every action would escape to the
+// heap (measured: 8 % fewer simulations/ms on the demo, from the GC).
 func (w *worker) do(a *action) {
-	d := w.d
-	e := a.epoch()
-	playouts := uint32(d.cfg.Playouts)
 	switch a.kind {
 	case kindDescend:
-		at := ref{a.owner, a.w[1]}
-		n := w.lookup(at, e)
-		if n == nil {
-			return
-		}
-		for k := uint32(0); k < a.w[2]; k++ {
-			n.mu.Lock()
-			if n.winner >= 0 {
-				n.mu.Unlock()
-				w.queueSim(n, e)
-				continue
-			}
-			i, expand := n.choose(d.cfg.C, playouts, w.rng)
-			s := n.slots[i]
-			if !s.created && !expand {
-				n.slots[i].deferred++
-			}
-			n.mu.Unlock()
-			switch {
-			case expand:
-				child := n.state.Clone()
-				if err := child.Play(s.move); err != nil {
-					d.fail(fmt.Errorf("mcts: the game refused its own move: %w", err))
-					return
-				}
-				owner := dsfabric.ThreadID(w.rng.IntN(d.all))
-				w.send(owner, action{kind: kindCreate, w: [6]uint32{e, at.owner, at.idx, uint32(i)}, state: child})
-			case s.created:
-				w.send(dsfabric.ThreadID(s.child.owner), action{kind: kindDescend, w: [6]uint32{e, s.child.idx, 1}})
-			}
-		}
+		w.descend(a)
 	case kindCreate:
-		parent := ref{a.w[1], a.w[2]}
-		n := newNode(a.state, parent, a.w[3], false, w.rng)
-		n.epoch = e
-		at, ok := w.add(a.owner, e, n)
-		if !ok {
-			return
-		}
-		w.stats.Nodes++
-		w.send(dsfabric.ThreadID(parent.owner), action{kind: kindCreated, w: [6]uint32{e, parent.idx, a.w[3], at.owner, at.idx}})
-		w.queueSim(n, e)
+		w.create(a)
 	case kindCreated:
-		n := w.lookup(ref{a.owner, a.w[1]}, e)
-		if n == nil {
-			return
-		}
-		child := ref{a.w[3], a.w[4]}
-		n.mu.Lock()
-		if int(a.w[2]) >= len(n.slots) {
-			n.mu.Unlock()
-			return
-		}
-		s := &n.slots[a.w[2]]
-		s.child, s.created = child, true
-		k := s.deferred
-		s.deferred = 0
-		n.mu.Unlock()
-		if k > 0 {
-			w.send(dsfabric.ThreadID(child.owner), action{kind: kindDescend, w: [6]uint32{e, child.idx, k}})
-		}
+		w.created(a)
 	case kindBackprop:
-		n := w.lookup(ref{a.owner, a.w[1]}, e)
-		if n == nil {
-			return
-		}
-		wins, cnt, rollouts := a.w[3], a.w[4], a.w[5]
+		w.backprop(a)
+	case kindStop:
+		w.stopCall(a)
+	case kindStats:
+		w.gatherStats(a)
+	}
+}
+
+// descend selects down from a node of this thread, count times: a finished
+// game simulates again, an unexpanded slot is expanded (its child created
+// on a random thread), a slot whose child is on its way waits (deferred),
+// and a created child gets the rollout.
+func (w *worker) descend(a *action) {
+	d, e := w.d, a.epoch()
+	idx, count := a.descend()
+	at := ref{a.owner, idx}
+	n := w.lookup(at, e)
+	if n == nil {
+		return
+	}
+	playouts := uint32(d.cfg.Playouts)
+	for k := uint32(0); k < count; k++ {
 		n.mu.Lock()
-		if int(a.w[2]) >= len(n.slots) || wins > cnt {
+		if n.winner >= 0 {
 			n.mu.Unlock()
-			return
+			w.queueSim(n, e)
+			continue
 		}
-		n.addWins(int(a.w[2]), wins)
-		if n.root {
-			n.mu.Unlock()
-			if p := d.phase.Load(); p != nil && p.epoch == e {
-				p.completed.Add(int64(rollouts))
-			}
-			return
-		}
-		n.upWins += cnt - wins
-		n.upN += cnt
-		n.upRollouts += rollouts
-		if !n.dirty {
-			n.dirty = true
-			w.dirty = append(w.dirty, n)
+		i, expand := n.choose(d.cfg.C, playouts, w.rng)
+		s := n.slots[i]
+		if !s.created && !expand {
+			n.slots[i].deferred++
 		}
 		n.mu.Unlock()
-	case kindStop:
-		w.stop = w.closing == nil // thread 0 of rank 0 stops once every thread's statistics are in
-		st := w.stats
-		st.Calls = uint64(w.m.Stats().Received)
-		w.send(0, action{kind: kindStats, w: [6]uint32{e, uint32(w.id)}, stats: st.words()})
-	case kindStats:
-		w.gathered = append(w.gathered, statsOf(a.w[1], a.stats))
-		if len(w.gathered) == d.all && w.closing != nil {
-			out := make([]Stats, d.all)
-			for _, s := range w.gathered {
-				if int(s.Thread) < len(out) {
-					out[s.Thread] = s
-				}
+		switch {
+		case expand:
+			child := n.state.Clone()
+			if err := child.Play(s.move); err != nil {
+				d.fail(fmt.Errorf("mcts: the game refused its own move: %w", err))
+				return
 			}
-			w.closing <- out
-			w.stop = true
+			owner := dsfabric.ThreadID(w.rng.IntN(d.all))
+			w.send(owner, createCall(e, at, uint32(i), child))
+		case s.created:
+			w.send(dsfabric.ThreadID(s.child.owner), descendCall(e, s.child.idx, 1))
 		}
+	}
+}
+
+// create makes a node on this thread, tells its parent where it is, and
+// simulates from it.
+func (w *worker) create(a *action) {
+	e := a.epoch()
+	parent, slot := a.create()
+	n := newNode(a.state, parent, slot, false, w.rng)
+	n.epoch = e
+	at, ok := w.add(a.owner, e, n)
+	if !ok {
+		return
+	}
+	w.stats.Nodes++
+	w.send(dsfabric.ThreadID(parent.owner), createdCall(e, parent.idx, slot, at))
+	w.queueSim(n, e)
+}
+
+// created records a slot's new child and sends on the rollouts that waited
+// for it.
+func (w *worker) created(a *action) {
+	e := a.epoch()
+	idx, slot, child := a.created()
+	n := w.lookup(ref{a.owner, idx}, e)
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if int(slot) >= len(n.slots) {
+		n.mu.Unlock()
+		return
+	}
+	s := &n.slots[slot]
+	s.child, s.created = child, true
+	k := s.deferred
+	s.deferred = 0
+	n.mu.Unlock()
+	if k > 0 {
+		w.send(dsfabric.ThreadID(child.owner), descendCall(e, child.idx, k))
+	}
+}
+
+// backprop adds results through a node's slot; at the root it counts the
+// phase's rollouts, elsewhere it combines them for the parent (sent when
+// the thread next flushes its dirty nodes).
+func (w *worker) backprop(a *action) {
+	e := a.epoch()
+	idx, slot, wins, cnt, rollouts := a.backprop()
+	n := w.lookup(ref{a.owner, idx}, e)
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if int(slot) >= len(n.slots) || wins > cnt {
+		n.mu.Unlock()
+		return
+	}
+	n.addWins(int(slot), wins)
+	if n.root {
+		n.mu.Unlock()
+		if p := w.d.phase.Load(); p != nil && p.epoch == e {
+			p.completed.Add(int64(rollouts))
+		}
+		return
+	}
+	n.upWins += cnt - wins
+	n.upN += cnt
+	n.upRollouts += rollouts
+	if !n.dirty {
+		n.dirty = true
+		w.dirty = append(w.dirty, n)
+	}
+	n.mu.Unlock()
+}
+
+// stopCall ends the search on this thread: it reports its statistics to
+// thread 0 of rank 0, which stops once every thread's are in.
+func (w *worker) stopCall(a *action) {
+	w.stop = w.closing == nil
+	st := w.stats
+	st.Calls = uint64(w.m.Stats().Received)
+	w.send(0, statsCall(a.epoch(), uint32(w.id), st.words()))
+}
+
+// gatherStats collects a thread's statistics (thread 0 of rank 0).
+func (w *worker) gatherStats(a *action) {
+	w.gathered = append(w.gathered, statsOf(a.statsFrom(), a.stats))
+	if len(w.gathered) == w.d.all && w.closing != nil {
+		out := make([]Stats, w.d.all)
+		for _, s := range w.gathered {
+			if int(s.Thread) < len(out) {
+				out[s.Thread] = s
+			}
+		}
+		w.closing <- out
+		w.stop = true
 	}
 }
 
@@ -605,7 +649,7 @@ func (w *worker) simulate() bool {
 	if n.winner < 0 {
 		w.stats.Playouts += uint64(w.d.cfg.Playouts)
 	}
-	w.send(dsfabric.ThreadID(n.parent.owner), action{kind: kindBackprop, w: [6]uint32{r.epoch, n.parent.idx, n.parentSlot, wins, uint32(w.d.cfg.Playouts), 1}})
+	w.send(dsfabric.ThreadID(n.parent.owner), backpropCall(r.epoch, n.parent.idx, n.parentSlot, wins, uint32(w.d.cfg.Playouts), 1))
 	return true
 }
 
@@ -617,7 +661,7 @@ func (w *worker) flushDirty() {
 		n.upWins, n.upN, n.upRollouts, n.dirty = 0, 0, 0, false
 		n.mu.Unlock()
 		w.dirty[i] = nil
-		w.send(dsfabric.ThreadID(n.parent.owner), action{kind: kindBackprop, w: [6]uint32{n.epoch, n.parent.idx, n.parentSlot, wins, cnt, r}})
+		w.send(dsfabric.ThreadID(n.parent.owner), backpropCall(n.epoch, n.parent.idx, n.parentSlot, wins, cnt, r))
 	}
 	w.dirty = w.dirty[:0]
 }
@@ -639,7 +683,7 @@ func (w *worker) startRollouts() int {
 			continue
 		}
 		w.stats.Rollouts++
-		w.send(dsfabric.ThreadID(p.root.owner), action{kind: kindDescend, w: [6]uint32{p.epoch, p.root.idx, 1}})
+		w.send(dsfabric.ThreadID(p.root.owner), descendCall(p.epoch, p.root.idx, 1))
 		n++
 	}
 	return n
@@ -673,7 +717,7 @@ func (w *worker) drive(lastProgress *time.Time) int {
 		epoch := w.epochs
 		if req.stop {
 			for t := 0; t < d.all; t++ {
-				w.send(dsfabric.ThreadID(t), action{kind: kindStop, w: [6]uint32{epoch}})
+				w.send(dsfabric.ThreadID(t), stopCall(epoch))
 			}
 			return 1
 		}

@@ -45,6 +45,51 @@ type action struct {
 
 func (a *action) epoch() uint32 { return a.w[0] }
 
+// The calls by kind: a constructor each, and the named words of the call
+// (w[0] is always the epoch). They are the only code that knows the word
+// positions of the table above.
+
+func descendCall(epoch, node, count uint32) action {
+	return action{kind: kindDescend, w: [6]uint32{epoch, node, count}}
+}
+
+// descend: count rollouts select at node.
+func (a *action) descend() (node, count uint32) { return a.w[1], a.w[2] }
+
+func createCall(epoch uint32, parent ref, slot uint32, state State) action {
+	return action{kind: kindCreate, w: [6]uint32{epoch, parent.owner, parent.idx, slot}, state: state}
+}
+
+// create: make the child of parent's slot from the state the call carries.
+func (a *action) create() (parent ref, slot uint32) { return ref{a.w[1], a.w[2]}, a.w[3] }
+
+func createdCall(epoch, parent, slot uint32, child ref) action {
+	return action{kind: kindCreated, w: [6]uint32{epoch, parent, slot, child.owner, child.idx}}
+}
+
+// created: parent's slot now has child.
+func (a *action) created() (parent, slot uint32, child ref) {
+	return a.w[1], a.w[2], ref{a.w[3], a.w[4]}
+}
+
+func backpropCall(epoch, node, slot, wins, playouts, rollouts uint32) action {
+	return action{kind: kindBackprop, w: [6]uint32{epoch, node, slot, wins, playouts, rollouts}}
+}
+
+// backprop: add wins of playouts (from rollouts rollouts) through node's slot.
+func (a *action) backprop() (node, slot, wins, playouts, rollouts uint32) {
+	return a.w[1], a.w[2], a.w[3], a.w[4], a.w[5]
+}
+
+func stopCall(epoch uint32) action { return action{kind: kindStop, w: [6]uint32{epoch}} }
+
+func statsCall(epoch, thread uint32, stats [numStats]uint64) action {
+	return action{kind: kindStats, w: [6]uint32{epoch, thread}, stats: stats}
+}
+
+// statsFrom: the thread whose statistics the call carries.
+func (a *action) statsFrom() uint32 { return a.w[1] }
+
 // encode appends the call's argument bytes.
 func (a *action) encode(dst []byte) []byte {
 	n := kindWords[a.kind]
