@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/riutils"
@@ -33,30 +32,26 @@ func run(ctx context.Context, out io.Writer) error {
 	greet, _ := dsfabric.RegisterTyped(h, "greet", func(c *dsfabric.Call, name string) (string, error) {
 		return fmt.Sprintf("hello %s, from thread %d", name, c.Dst), nil
 	})
-	var once sync.Once
 	done := make(chan struct{})
-	finish := func() { once.Do(func() { close(done) }) }
-	bye, _ := h.Register("bye", func(*dsfabric.Call, []byte) ([]byte, error) { finish(); return nil, nil })
-
 	job, err := riutils.Start(ctx, dsfabric.Config{Procs: 2, Handlers: h}, riutils.DefaultConfig(),
 		func(w *dsfabric.Worker, m *riutils.Messengers) {
 			if w.ID() != 0 {
 				riutils.Serve(w, m) // thread 1 runs the calls made to it
 				return
 			}
-			defer finish()
+			defer close(done)
 			answer, _ := riutils.NewRemoteValue[string](m, 256)
-			s, err := answer.Call(ctx, 1, greet, "one-sided")
+			s, err := answer.Call(ctx, 1, greet, "one-sided") // written into thread 1's memory
 			fmt.Fprintln(out, s, err)
 			s, err = dsfabric.CallReturnTyped[string](ctx, w.Fabric(), w.ID(), 1, greet, "send-based")
 			fmt.Fprintln(out, s, err)
-			m.Call(1, bye, nil) // thread 1's process may end now
-			m.Flush()
 		})
 	if err != nil {
 		return err
 	}
 	defer job.Close()
-	<-done
-	return nil
+	if job.Fabric.Rank() == 0 {
+		<-done // thread 0 lives here
+	}
+	return job.Fabric.Barrier(ctx) // every process waits for the others
 }
