@@ -89,6 +89,9 @@ func TestStreamBothWays(t *testing.T) {
 		for i := range src {
 			src[i] = byte(i*7 + i>>11)
 		}
+		// A corrupt stream must fail the test, not hang it.
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		s.SetDeadline(time.Now().Add(10 * time.Second))
 		var wg sync.WaitGroup
 		for _, dir := range [][2]net.Conn{{c, s}, {s, c}} {
 			w, r := dir[0], dir[1]
