@@ -258,6 +258,10 @@ type ofiProvider struct {
 	closeMu sync.Mutex
 }
 
+// postRetries bounds postRecv's retries (its back-off reaches 1 ms sleeps,
+// so this is about a second).
+const postRetries = 1100
+
 // Completion contexts: the kind in the top bits, a buffer index below.
 const (
 	ofiCtxRecv = 1 << 32
@@ -362,8 +366,12 @@ func (p *ofiProvider) recvBuf(i int) []byte {
 }
 func (p *ofiProvider) sendBuf(i int) []byte { return p.recvBuf(p.cfg.ReceiveBuffers + i) }
 
+// postRecv posts message buffer i for receiving. A provider that says
+// "again" gets progress (when no other thread is reading the completion
+// queue — the caller may be that thread) and a bounded number of retries.
 func (p *ofiProvider) postRecv(i int) error {
-	for {
+	b := Backoff{}
+	for try := 0; ; try++ {
 		p.epmu.RLock()
 		if !p.epOpen {
 			p.epmu.RUnlock()
@@ -374,8 +382,10 @@ func (p *ofiProvider) postRecv(i int) error {
 		switch {
 		case ret == 0:
 			return nil
-		case ret == -C.FI_EAGAIN && !p.closed.Load():
-			p.poll() // the provider wants progress before it takes more
+		case ret == -C.FI_EAGAIN && !p.closed.Load() && try < postRetries:
+			if !p.poll() {
+				b.Wait()
+			}
 			continue
 		}
 		return fmt.Errorf("dtutils: ofi fi_recv: %w", fiErr(int(ret)))
