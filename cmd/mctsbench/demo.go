@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
 	"github.com/seriema-go/seriema/mcts"
+	"github.com/seriema-go/seriema/mcts/nim"
 	"github.com/seriema-go/seriema/riutils"
 )
 
@@ -25,6 +27,7 @@ const demoDefaultVisits = 250000
 // DemoSummary is the result of one demo run (the JSON of -json).
 type DemoSummary struct {
 	Config           string       `json:"config"` // "seq" or PxT, e.g. "2x1"
+	Game             string       `json:"game"`   // hex or nim
 	Board            string       `json:"board"`  // e.g. "11x11"
 	Mode             string       `json:"mode"`
 	Transport        string       `json:"transport"`
@@ -54,7 +57,7 @@ type ThreadWork struct {
 type demoOpts struct {
 	procs, threads, board, visits, moves, playouts int
 	inFlight, chunk                                int
-	mode, transport                                string
+	mode, transport, game, heaps                   string
 	c                                              float64
 	seed                                           uint64
 	seq, noShortcut, asJSON, quiet                 bool
@@ -72,7 +75,9 @@ func (o demoOpts) config() string {
 func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.IntVar(&o.procs, "procs", 2, "processes (self-launched; mpirun/srun set their own)")
 	fs.IntVar(&o.threads, "threads", 1, "worker threads per process")
-	fs.IntVar(&o.board, "board", 11, "board side, 1…19")
+	fs.IntVar(&o.board, "board", 11, "board side, 1…19 (hex)")
+	fs.StringVar(&o.game, "game", "hex", "the game: hex, or nim (the search's second game, solved exactly)")
+	fs.StringVar(&o.heaps, "heaps", "3,4,5", "the heaps of nim")
 	fs.IntVar(&o.visits, "visits", demoDefaultVisits, "rollouts (visits) per move")
 	fs.IntVar(&o.playouts, "playouts", 16, "random playouts per evaluated leaf")
 	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
@@ -154,7 +159,11 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 		return e, nil
 	}
 	cfg.Progress = progress
-	d, err := mcts.Start(context.Background(), mcts.Hex{}, cfg, dsfabric.Config{
+	game, _, _, err := o.newGame()
+	if err != nil {
+		return nil, err
+	}
+	d, err := mcts.Start(context.Background(), game, cfg, dsfabric.Config{
 		Procs: o.procs, ThreadsPerProcess: o.threads, Transport: o.transport, Stdout: stderr,
 	})
 	if err != nil {
@@ -235,7 +244,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 // runDemo plays a game of Hex against itself with the configured search.
 // Rank 0 returns the summary, other ranks nil.
 func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
-	state, err := mcts.NewHex(o.board)
+	_, state, board, err := o.newGame()
 	if err != nil {
 		return nil, err
 	}
@@ -255,13 +264,13 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		_, err := e.close()
 		return nil, err
 	}
-	sum := &DemoSummary{Config: o.config(), Board: fmt.Sprintf("%dx%d", o.board, o.board), Mode: o.mode, Transport: e.transport, VisitsPerMove: o.visits}
+	sum := &DemoSummary{Config: o.config(), Game: o.game, Board: board, Mode: o.mode, Transport: e.transport, VisitsPerMove: o.visits}
 	if o.seq {
 		sum.Mode, sum.Transport = "", ""
 	}
 	if !o.asJSON {
-		fmt.Fprintf(stdout, "Seriema for Go: distributed MCTS playing Hex %s against itself, %s (%s), %d visits per move\n",
-			sum.Board, describeConfig(o), strings.TrimSpace(o.mode+" over "+sum.Transport), o.visits)
+		fmt.Fprintf(stdout, "Seriema for Go: distributed MCTS playing %s %s against itself, %s (%s), %d visits per move\n",
+			gameTitle(o.game), sum.Board, describeConfig(o), strings.TrimSpace(o.mode+" over "+sum.Transport), o.visits)
 		if !o.seq {
 			fmt.Fprintf(stdout, "transport: %s\n", sum.Transport)
 		}
@@ -282,7 +291,7 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 			searchErr = fmt.Errorf("move %d: %w", moveNo+1, err)
 			break
 		}
-		mover := state.Board.ToMove()
+		mover := playerName(state)
 		if err := state.Play(r.Move); err != nil {
 			searchErr = err
 			break
@@ -304,7 +313,7 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		}
 	}
 	if w := state.Winner(); w >= 0 {
-		sum.Winner = state.Board.Winner().String()
+		sum.Winner = winnerName(state)
 	}
 	sum.SearchMs = float64(elapsed) / 1e6
 	searchNs = max(int64(elapsed), 1)
@@ -321,6 +330,50 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		return nil, err
 	}
 	return sum, nil
+}
+
+// newGame returns the game -game names, its starting state and a label for
+// its board.
+func (o demoOpts) newGame() (mcts.Game, mcts.State, string, error) {
+	switch o.game {
+	case "hex", "":
+		s, err := mcts.NewHex(o.board)
+		return mcts.Hex{}, s, fmt.Sprintf("%dx%d", o.board, o.board), err
+	case "nim":
+		var hs []int
+		for _, f := range strings.Split(o.heaps, ",") {
+			h, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return nil, nil, "", fmt.Errorf("-heaps %q: %w", o.heaps, err)
+			}
+			hs = append(hs, h)
+		}
+		s, err := nim.New(hs...)
+		return nim.Game{}, s, "heaps " + o.heaps, err
+	}
+	return nil, nil, "", fmt.Errorf("unknown -game %q (want hex or nim)", o.game)
+}
+
+func gameTitle(game string) string {
+	if game == "nim" {
+		return "Nim"
+	}
+	return "Hex"
+}
+
+// playerName names the player to move: Hex's colours, else first/second.
+func playerName(s mcts.State) string {
+	if h, ok := s.(*mcts.HexState); ok {
+		return h.Board.ToMove().String()
+	}
+	return [2]string{"first", "second"}[s.ToMove()]
+}
+
+func winnerName(s mcts.State) string {
+	if h, ok := s.(*mcts.HexState); ok {
+		return h.Board.Winner().String()
+	}
+	return [2]string{"first", "second"}[s.Winner()]
 }
 
 func describeConfig(o demoOpts) string {

@@ -69,6 +69,22 @@ func TestDemoSmoke(t *testing.T) {
 	}
 }
 
+// TestDemoNim: the search's second game, distributed over two processes
+// unchanged, played to the end from Nim {2, 3, 4}, which the first player
+// wins with perfect play (Bouton); and a bad game or heaps are refused.
+func TestDemoNim(t *testing.T) {
+	s := runDemoJSON(t, "-game", "nim", "-heaps", "2,3,4", "-procs", "2", "-seed", "3")
+	if s.Game != "nim" || s.Board != "heaps 2,3,4" || s.Winner != "first" || len(s.Threads) != 2 {
+		t.Errorf("summary %+v", s)
+	}
+	var out, errb bytes.Buffer
+	for _, bad := range [][]string{{"demo", "-game", "chess"}, {"demo", "-game", "nim", "-heaps", "3,x"}, {"demo", "-game", "nim", "-heaps", "300"}} {
+		if code := run(bad, nil, &out, &errb); code == 0 {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
 func TestDemoTextOutput(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"demo", "-seq", "-board", "4", "-visits", "200", "-moves", "2"}, nil, &out, &errb); code != 0 {
