@@ -1,8 +1,8 @@
 // Package mcts is Monte-Carlo Tree Search over a Game interface: a
 // sequential search, the baseline, and the tree-parallel distributed search
 // of docs/design.md §7 (the paper's §5.3) over riutils Aggregators. The game
-// holds no search and no communication code; Hex (package hex) is adapted
-// by HexState.
+// holds no search and no communication code, and this package holds no
+// game: Hex is adapted in package mcts/hexgame, Nim in mcts/nim.
 //
 // # Policy (both searches)
 //
@@ -13,7 +13,7 @@
 // needs none) and backpropagates the result. A phase runs Config.Budget
 // rollouts from the position to move; the most visited child is played.
 //
-//	s, _ := mcts.NewHex(11)
+//	s, _ := hexgame.New(11)
 //	r, _ := mcts.Sequential(ctx, s, mcts.DefaultConfig())
 //	fmt.Println(r.MoveName, r.SimulationsPerMs())
 //
@@ -22,7 +22,7 @@
 // Every process of the job calls Start with the same arguments; rank 0 then
 // calls Search per move and Close at the end, the others Serve and Close:
 //
-//	d, err := mcts.Start(ctx, mcts.Hex{}, cfg, dsfabric.Config{Procs: 2})
+//	d, err := mcts.Start(ctx, hexgame.Game{}, cfg, dsfabric.Config{Procs: 2})
 //	if d.Rank() != 0 {
 //		d.Serve(ctx)
 //		d.Close()

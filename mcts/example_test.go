@@ -6,11 +6,12 @@ import (
 
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/mcts"
+	"github.com/seriema-go/seriema/mcts/hexgame"
 )
 
 // The sequential search on the empty 3×3 board finds the centre.
 func ExampleSequential() {
-	s, _ := mcts.NewHex(3)
+	s, _ := hexgame.New(3)
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Seed = 3000, 11
 	r, err := mcts.Sequential(context.Background(), s, cfg)
@@ -28,12 +29,12 @@ func ExampleSequential() {
 func ExampleStart() {
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Seed = 2000, 3
-	d, err := mcts.Start(context.Background(), mcts.Hex{}, cfg, dsfabric.Config{Procs: 1, ThreadsPerProcess: 2})
+	d, err := mcts.Start(context.Background(), hexgame.Game{}, cfg, dsfabric.Config{Procs: 1, ThreadsPerProcess: 2})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	s, _ := mcts.NewHex(4)
+	s, _ := hexgame.New(4)
 	r, err := d.Search(context.Background(), s)
 	if err != nil {
 		fmt.Println(err)

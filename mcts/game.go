@@ -1,11 +1,5 @@
 package mcts
 
-import (
-	"fmt"
-
-	"github.com/seriema-go/seriema/hex"
-)
-
 // Move is a move of a game, numbered by the game.
 type Move int32
 
@@ -42,77 +36,4 @@ type State interface {
 	MoveName(m Move) string
 	// String draws the position for people.
 	String() string
-}
-
-// Hex is the Game of package hex.
-type Hex struct{}
-
-// Name implements Game.
-func (Hex) Name() string { return "hex" }
-
-// Decode implements Game.
-func (Hex) Decode(data []byte) (State, error) {
-	s := &HexState{}
-	if err := s.Board.UnmarshalBinary(data); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// NewHex returns the empty board of the given side as a State.
-func NewHex(size int) (*HexState, error) {
-	b, err := hex.New(size)
-	if err != nil {
-		return nil, err
-	}
-	return &HexState{Board: b}, nil
-}
-
-// HexState adapts hex.Board to State.
-type HexState struct{ Board hex.Board }
-
-func player(c hex.Color) int {
-	switch c {
-	case hex.Black:
-		return 0
-	case hex.White:
-		return 1
-	}
-	return -1
-}
-
-func (s *HexState) ToMove() int  { return player(s.Board.ToMove()) }
-func (s *HexState) Winner() int  { return player(s.Board.Winner()) }
-func (s *HexState) Clone() State { c := *s; return &c }
-func (s *HexState) Play(m Move) error {
-	return s.Board.Play(hex.Cell(m))
-}
-func (s *HexState) Moves(dst []Move) []Move {
-	var buf [hex.MaxSize * hex.MaxSize]hex.Cell
-	for _, c := range s.Board.Moves(buf[:0]) {
-		dst = append(dst, Move(c))
-	}
-	return dst
-}
-func (s *HexState) Simulate(n int, seed uint64) int {
-	r := hex.NewRNG(seed)
-	wins := 0
-	for i := 0; i < n; i++ {
-		if s.Board.Playout(r) == hex.Black {
-			wins++
-		}
-	}
-	return wins
-}
-func (s *HexState) AppendBinary(dst []byte) ([]byte, error) { return s.Board.AppendBinary(dst) }
-func (s *HexState) MoveName(m Move) string                  { return s.Board.CellName(hex.Cell(m)) }
-func (s *HexState) String() string                          { return s.Board.String() }
-
-// ParseMove reads a cell name for the board of s.
-func (s *HexState) ParseMove(name string) (Move, error) {
-	c, err := hex.ParseCell(name, s.Board.Size())
-	if err != nil {
-		return 0, fmt.Errorf("mcts: %w", err)
-	}
-	return Move(c), nil
 }

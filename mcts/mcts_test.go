@@ -1,4 +1,4 @@
-package mcts
+package mcts_test
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/hex"
 	"github.com/seriema-go/seriema/internal/jobtest"
+	"github.com/seriema-go/seriema/mcts"
+	"github.com/seriema-go/seriema/mcts/hexgame"
 	"github.com/seriema-go/seriema/riutils"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func hexPosition(t testing.TB, size int, black, white []string, toMove int) *HexState {
+func hexPosition(t testing.TB, size int, black, white []string, toMove int) *hexgame.State {
 	t.Helper()
-	s, err := NewHex(size)
+	s, err := hexgame.New(size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func hexPosition(t testing.TB, size int, black, white []string, toMove int) *Hex
 	return s
 }
 
-func play(t testing.TB, s *HexState, name string) {
+func play(t testing.TB, s *hexgame.State, name string) {
 	t.Helper()
 	m, err := s.ParseMove(name)
 	if err != nil {
@@ -48,10 +50,10 @@ func play(t testing.TB, s *HexState, name string) {
 }
 
 // searcher is a search under test: sequential or distributed.
-type searcher func(t *testing.T, s State, cfg Config) Result
+type searcher func(t *testing.T, s mcts.State, cfg mcts.Config) mcts.Result
 
-func sequential(t *testing.T, s State, cfg Config) Result {
-	r, err := Sequential(context.Background(), s, cfg)
+func sequential(t *testing.T, s mcts.State, cfg mcts.Config) mcts.Result {
+	r, err := mcts.Sequential(context.Background(), s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func sequential(t *testing.T, s State, cfg Config) Result {
 // play an immediate win, block the opponent's only immediate win, and the
 // solved centre openings of 3×3.
 func tactics(t *testing.T, search searcher) {
-	cfg := DefaultConfig()
+	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Seed = 3000, 11
 	t.Run("win", func(t *testing.T) {
 		s := hexPosition(t, 4, []string{"a1", "a2", "a3"}, []string{"d1", "d2", "d3"}, 0)
@@ -85,7 +87,7 @@ func tactics(t *testing.T, search searcher) {
 		r := search(t, s, cfg)
 		// Five first moves win on 3×3 (b2, the centre, among them): the
 		// search must pick one of them.
-		after := s.Clone().(*HexState)
+		after := s.Clone().(*hexgame.State)
 		if err := after.Play(r.Move); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +134,7 @@ func TestSolvedOpenings3(t *testing.T) {
 
 // checkAccounting: every rollout of the budget came back to the root (no
 // lost backpropagation): the root's children share exactly Budget visits.
-func checkAccounting(t *testing.T, r Result, cfg Config) {
+func checkAccounting(t *testing.T, r mcts.Result, cfg mcts.Config) {
 	t.Helper()
 	sum := 0
 	for _, c := range r.Children {
@@ -148,7 +150,7 @@ func checkAccounting(t *testing.T, r Result, cfg Config) {
 
 func TestSequentialTactics(t *testing.T) {
 	tactics(t, sequential)
-	cfg := DefaultConfig()
+	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Seed = 3000, 11
 	if r := sequential(t, hexPosition(t, 3, nil, nil, 0), cfg); r.MoveName != "b2" {
 		t.Errorf("played %s on the empty 3×3 board, want the centre b2", r.MoveName)
@@ -162,7 +164,7 @@ func TestSequentialOpenings(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
-	cfg := DefaultConfig()
+	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Seed = 60000, 5
 	if r := sequential(t, hexPosition(t, 5, nil, nil, 0), cfg); r.MoveName != "c3" {
 		t.Errorf("5×5: played %s, want c3", r.MoveName)
@@ -183,27 +185,27 @@ func TestSequentialOpenings(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, mod := range []func(*Config){
-		func(c *Config) { c.Budget = 0 },
-		func(c *Config) { c.Playouts = 0 },
-		func(c *Config) { c.C = -1 },
-		func(c *Config) { c.Mode = 7 },
-		func(c *Config) { c.InFlight = -2 },
+	for _, mod := range []func(*mcts.Config){
+		func(c *mcts.Config) { c.Budget = 0 },
+		func(c *mcts.Config) { c.Playouts = 0 },
+		func(c *mcts.Config) { c.C = -1 },
+		func(c *mcts.Config) { c.Mode = 7 },
+		func(c *mcts.Config) { c.InFlight = -2 },
 	} {
-		c := DefaultConfig()
+		c := mcts.DefaultConfig()
 		mod(&c)
 		if err := c.VerifyConfig(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
 	}
-	if _, err := Sequential(context.Background(), hexPosition(t, 3, []string{"a1", "a2", "a3"}, []string{"c1", "c2"}, 1), DefaultConfig()); err == nil {
+	if _, err := mcts.Sequential(context.Background(), hexPosition(t, 3, []string{"a1", "a2", "a3"}, []string{"c1", "c2"}, 1), mcts.DefaultConfig()); err == nil {
 		t.Error("search of a finished game accepted")
 	}
 }
 
 // distributedJob starts a job, runs body on rank 0 and closes.
-func distributedJob(t *testing.T, procs, threads int, cfg Config, body func(d *Distributed)) []Stats {
-	d, err := Start(context.Background(), Hex{}, cfg, dsfabric.Config{
+func distributedJob(t *testing.T, procs, threads int, cfg mcts.Config, body func(d *mcts.Distributed)) []mcts.Stats {
+	d, err := mcts.Start(context.Background(), hexgame.Game{}, cfg, dsfabric.Config{
 		Procs: procs, ThreadsPerProcess: threads, Args: jobtest.RunArgs(t), Logger: quiet,
 	})
 	if err != nil {
@@ -228,8 +230,8 @@ func distributedJob(t *testing.T, procs, threads int, cfg Config, body func(d *D
 	return stats
 }
 
-func distributedSearch(d *Distributed) searcher {
-	return func(t *testing.T, s State, cfg Config) Result {
+func distributedSearch(d *mcts.Distributed) searcher {
+	return func(t *testing.T, s mcts.State, cfg mcts.Config) mcts.Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		r, err := d.Search(ctx, s)
@@ -237,7 +239,7 @@ func distributedSearch(d *Distributed) searcher {
 			t.Fatal(err)
 		}
 		if t.Name() != "" {
-			d.audit(t)
+			mcts.Audit(d, t)
 		}
 		return r
 	}
@@ -262,9 +264,9 @@ func TestDistributed(t *testing.T) {
 	for _, c := range cases {
 		name := fmt.Sprintf("%dx%d-%s-shortcut=%v", c.procs, c.threads, c.mode, !c.noShortcut)
 		t.Run(name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := mcts.DefaultConfig()
 			cfg.Budget, cfg.Seed, cfg.Mode, cfg.NoShortcut = 3000, 11, c.mode, c.noShortcut
-			stats := distributedJob(t, c.procs, c.threads, cfg, func(d *Distributed) {
+			stats := distributedJob(t, c.procs, c.threads, cfg, func(d *mcts.Distributed) {
 				tactics(t, distributedSearch(d))
 			})
 			if stats == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
 	"github.com/seriema-go/seriema/mcts"
+	"github.com/seriema-go/seriema/mcts/hexgame"
 	"github.com/seriema-go/seriema/mcts/nim"
 	"github.com/seriema-go/seriema/riutils"
 )
@@ -337,8 +338,8 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 func (o demoOpts) newGame() (mcts.Game, mcts.State, string, error) {
 	switch o.game {
 	case "hex", "":
-		s, err := mcts.NewHex(o.board)
-		return mcts.Hex{}, s, fmt.Sprintf("%dx%d", o.board, o.board), err
+		s, err := hexgame.New(o.board)
+		return hexgame.Game{}, s, fmt.Sprintf("%dx%d", o.board, o.board), err
 	case "nim":
 		var hs []int
 		for _, f := range strings.Split(o.heaps, ",") {
@@ -363,14 +364,14 @@ func gameTitle(game string) string {
 
 // playerName names the player to move: Hex's colours, else first/second.
 func playerName(s mcts.State) string {
-	if h, ok := s.(*mcts.HexState); ok {
+	if h, ok := s.(*hexgame.State); ok {
 		return h.Board.ToMove().String()
 	}
 	return [2]string{"first", "second"}[s.ToMove()]
 }
 
 func winnerName(s mcts.State) string {
-	if h, ok := s.(*mcts.HexState); ok {
+	if h, ok := s.(*hexgame.State); ok {
 		return h.Board.Winner().String()
 	}
 	return [2]string{"first", "second"}[s.Winner()]

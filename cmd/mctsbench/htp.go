@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/seriema-go/seriema/hex"
-	"github.com/seriema-go/seriema/mcts"
+	"github.com/seriema-go/seriema/mcts/hexgame"
 )
 
 // htp serves the Hex Text Protocol on stdin/stdout; genmove runs the
@@ -34,7 +34,7 @@ func htp(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	engine := &hex.HTP{Name: "seriema-mcts", Version: "1.0", GenMove: func(ctx context.Context, b hex.Board) (hex.Cell, error) {
-		r, err := e.search(ctx, &mcts.HexState{Board: b})
+		r, err := e.search(ctx, &hexgame.State{Board: b})
 		if err != nil {
 			return 0, err
 		}
