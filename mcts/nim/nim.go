@@ -7,7 +7,6 @@
 package nim
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -20,24 +19,11 @@ const (
 	MaxHeap  = 255
 )
 
-// ErrBadState: a state or move that does not decode, or an illegal move.
-var ErrBadState = errors.New("nim: bad state or move")
-
 // Game is Nim for the search.
 type Game struct{}
 
 // Name implements mcts.Game.
 func (Game) Name() string { return "nim" }
-
-// Decode implements mcts.Game (the format is in AppendBinary).
-func (Game) Decode(b []byte) (mcts.State, error) {
-	if len(b) < 2 || int(b[0]) > MaxHeaps || len(b) != 2+int(b[0]) || b[1] > 1 {
-		return nil, fmt.Errorf("%w: %d bytes", ErrBadState, len(b))
-	}
-	s := &State{n: int(b[0]), toMove: int(b[1])}
-	copy(s.heaps[:], b[2:])
-	return s, nil
-}
 
 // State is a Nim position.
 type State struct {
@@ -147,13 +133,6 @@ func (s *State) Simulate(n int, seed uint64) int {
 		}
 	}
 	return wins
-}
-
-// AppendBinary implements mcts.State: u8 heap count, u8 player to move,
-// then one u8 per heap.
-func (s *State) AppendBinary(dst []byte) ([]byte, error) {
-	dst = append(dst, byte(s.n), byte(s.toMove))
-	return append(dst, s.heaps[:s.n]...), nil
 }
 
 // MoveName implements mcts.State: "take T from heap H" as "H-T" (heaps
