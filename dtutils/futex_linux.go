@@ -25,12 +25,3 @@ const (
 	futexWaitOp = 0
 	futexWakeOp = 1
 )
-
-// WaitWord sleeps while *addr == val, for at most d, or until WakeWord on
-// the same word: a futex, so the word may live in memory shared between
-// processes (package rconn's rings use it as their doorbells). It may also
-// return early, spuriously; callers re-check their condition.
-func WaitWord(addr *atomic.Uint32, val uint32, d time.Duration) { futexWait(addr, val, d) }
-
-// WakeWord wakes every thread sleeping in WaitWord on addr.
-func WakeWord(addr *atomic.Uint32) { futexWake(addr) }

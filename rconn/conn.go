@@ -5,12 +5,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/seriema-go/seriema/dtutils"
+	"golang.org/x/sys/unix"
 )
 
 // Conn is a connection whose bytes travel through two shared-memory rings,
@@ -40,10 +42,23 @@ type Conn struct {
 	tail       uint64     // next position this side writes at
 	writeShut  bool       // CloseWrite was called
 	maxPayload int
+
+	// Doorbells: this side's reader waits on rbell, its writer (for room)
+	// on wbell; peerR and peerW are the write ends of the peer's. The
+	// descriptors are closed by a cleanup once the Conn is unreachable, so
+	// a late ring never writes to a reused descriptor.
+	rbell, wbell *bell
+	peerR, peerW int
 }
 
-func newConn(sock net.Conn, rx, tx *ring, cfg Config) *Conn {
-	c := &Conn{sock: sock, rx: rx, tx: tx, cfg: cfg, maxPayload: int(tx.size/4) - recordHeader}
+func newConn(sock net.Conn, rx, tx *ring, bells [2]*bell, peer [2]int, cfg Config) *Conn {
+	c := &Conn{sock: sock, rx: rx, tx: tx, cfg: cfg, maxPayload: int(tx.size/4) - recordHeader,
+		rbell: bells[0], wbell: bells[1], peerR: peer[0], peerW: peer[1]}
+	runtime.AddCleanup(c, func(fds [4]int) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}, [4]int{peer[0], peer[1], bells[0].wfd, bells[1].wfd})
 	go c.watch()
 	return c
 }
@@ -64,8 +79,8 @@ func (c *Conn) watch() {
 		c.cfg.Logger.Debug("rconn: control socket ended", "peer", c.sock.RemoteAddr(), "err", err)
 	}
 	c.peerGone.Store(true)
-	bump(c.rx.u32(offRBell))
-	bump(c.tx.u32(offWBell))
+	ringBell(c.rbell.wfd)
+	ringBell(c.wbell.wfd)
 }
 
 // opErr wraps err as the net package does.
@@ -84,19 +99,17 @@ func (c *Conn) check(op string, dl *atomic.Int64) error {
 	return nil
 }
 
-// sleep waits on bell (whose value was seen as v) with sleeping raised,
-// for at most until the deadline and never more than 50 ms, after ready
-// says there is still nothing to do.
-func sleep(bell, sleeping *atomic.Uint32, v uint32, dl int64, ready func() bool) {
+// sleep parks on b with sleeping raised, until it rings or the deadline
+// (dl, Unix nanoseconds, 0 none) passes, after ready says there is still
+// nothing to do. Whoever makes progress rings b when it sees sleeping.
+func sleep(b *bell, sleeping *atomic.Uint32, dl int64, ready func() bool) {
 	sleeping.Store(1)
 	if !ready() {
-		d := 50 * time.Millisecond
+		var t time.Time
 		if dl != 0 {
-			d = min(d, time.Duration(dl-time.Now().UnixNano()))
+			t = time.Unix(0, dl)
 		}
-		if d > 0 {
-			dtutils.WaitWord(bell, v, d)
-		}
+		b.wait(t)
 	}
 	sleeping.Store(0)
 }
@@ -131,8 +144,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			w.Wait()
 			continue
 		}
-		bell := c.rx.u32(offRBell)
-		sleep(bell, c.rx.u32(offRSleep), bell.Load(), c.rdl.Load(), func() bool {
+		sleep(c.rbell, c.rx.u32(offRSleep), c.rdl.Load(), func() bool {
 			return c.nextRecord() || c.closed.Load() || c.peerGone.Load() || c.rx.u32(offWClosed).Load() != 0
 		})
 	}
@@ -183,7 +195,7 @@ func (c *Conn) copyOut(b []byte) int {
 func (c *Conn) release() {
 	c.rx.u64(offHead).Store(c.head)
 	if c.rx.u32(offWSleep).Load() != 0 {
-		bump(c.rx.u32(offWBell))
+		ringBell(c.peerW)
 	}
 }
 
@@ -222,7 +234,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		c.tail += rec
 		done += n
 		if c.tx.u32(offRSleep).Load() != 0 {
-			bump(c.tx.u32(offRBell))
+			ringBell(c.peerR)
 		}
 	}
 	return done, nil
@@ -246,8 +258,7 @@ func (c *Conn) room(n uint64) error {
 			w.Wait()
 			continue
 		}
-		bell := c.tx.u32(offWBell)
-		sleep(bell, c.tx.u32(offWSleep), bell.Load(), c.wdl.Load(), func() bool {
+		sleep(c.wbell, c.tx.u32(offWSleep), c.wdl.Load(), func() bool {
 			return free() || c.closed.Load() || c.peerGone.Load() || c.tx.u32(offRClosed).Load() != 0
 		})
 	}
@@ -263,7 +274,7 @@ func (c *Conn) CloseWrite() error {
 	c.writeShut = true
 	c.wmu.Unlock()
 	c.tx.u32(offWClosed).Store(1)
-	bump(c.tx.u32(offRBell))
+	ringBell(c.peerR)
 	return nil
 }
 
@@ -275,9 +286,11 @@ func (c *Conn) Close() error {
 	}
 	c.tx.u32(offWClosed).Store(1)
 	c.rx.u32(offRClosed).Store(1)
-	for _, b := range []*atomic.Uint32{c.tx.u32(offRBell), c.rx.u32(offWBell), c.rx.u32(offRBell), c.tx.u32(offWBell)} {
-		bump(b) // the peer's sleepers, then ours
+	for _, fd := range []int{c.peerR, c.peerW, c.rbell.wfd, c.wbell.wfd} {
+		ringBell(fd) // the peer's sleepers, then ours
 	}
+	c.rbell.r.Close()
+	c.wbell.r.Close()
 	return c.sock.Close()
 }
 
@@ -293,14 +306,14 @@ func (c *Conn) SetDeadline(t time.Time) error {
 // SetReadDeadline bounds Read, including one already blocked.
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	c.rdl.Store(unixNano(t))
-	bump(c.rx.u32(offRBell))
+	ringBell(c.rbell.wfd)
 	return nil
 }
 
 // SetWriteDeadline bounds Write, including one already blocked.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	c.wdl.Store(unixNano(t))
-	bump(c.tx.u32(offWBell))
+	ringBell(c.wbell.wfd)
 	return nil
 }
 

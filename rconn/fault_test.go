@@ -47,6 +47,18 @@ func writerPeer(addr string) int {
 	}
 }
 
+// pipes counts this process's open pipes (rconn's doorbells among them).
+func pipes() int {
+	n := 0
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "pipe:") {
+			n++
+		}
+	}
+	return n
+}
+
 // ringMappings counts this process's mappings of rconn rings.
 func ringMappings(t *testing.T) int {
 	b, err := os.ReadFile("/proc/self/maps")
@@ -59,9 +71,10 @@ func ringMappings(t *testing.T) int {
 // TestPeerKilledMidStream: a writer process killed in the middle of a
 // stream leaves its reader with the complete records it wrote, then
 // io.EOF, within a second or so, not a hang; once the reader closes, its
-// rings are unmapped (no shared memory leaks).
+// rings are unmapped and its doorbells closed (no shared memory or
+// descriptor leaks).
 func TestPeerKilledMidStream(t *testing.T) {
-	before := ringMappings(t)
+	before, pipesBefore := ringMappings(t), pipes()
 	ln, err := Config{Logger: quiet}.Listen("unix", filepath.Join(t.TempDir(), "s"))
 	if err != nil {
 		t.Fatal(err)
@@ -105,9 +118,9 @@ func TestPeerKilledMidStream(t *testing.T) {
 	}
 	c.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for ringMappings(t) > before {
+	for ringMappings(t) > before || pipes() > pipesBefore {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d ring mappings left after close (had %d)", ringMappings(t), before)
+			t.Fatalf("%d ring mappings and %d pipes left after close (had %d and %d)", ringMappings(t), pipes(), before, pipesBefore)
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)

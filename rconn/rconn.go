@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Listen listens on network ("tcp", "tcp4", "tcp6", "unix") and address
@@ -126,17 +128,25 @@ func (l *listener) Addr() net.Addr { return l.ln.Addr() }
 // handshake runs the exchange of wire.go on a new socket, by dl.
 func handshake(sock net.Conn, cfg Config, dl time.Time) (net.Conn, error) {
 	sock.SetDeadline(dl)
-	mine := hello{pid: uint32(os.Getpid()), fd: -1, machine: machineID()}
+	mine := hello{pid: uint32(os.Getpid()), fd: -1, rbell: -1, wbell: -1, machine: machineID()}
 	var rx *ring
+	var bells [2]*bell
 	if !cfg.DisableRings {
 		var err error
-		if rx, err = newRing(cfg.RingBytes); err != nil {
+		if rx, bells, err = newSide(cfg.RingBytes); err != nil {
 			cfg.Logger.Warn("rconn: no ring; staying on the socket", "err", err)
 		} else {
 			defer rx.closeFD() // the peer mapped it, or never will
 			mine.flags, mine.fd, mine.key, mine.size = flagRing, int32(rx.fd), rx.key(), rx.size
+			mine.rbell, mine.wbell = int32(bells[0].wfd), int32(bells[1].wfd)
 		}
 	}
+	onRings := false
+	defer func() {
+		if !onRings {
+			closeBells(bells)
+		}
+	}()
 	if _, err := sock.Write(mine.marshal()); err != nil {
 		return nil, fmt.Errorf("%w: writing the hello: %w", ErrHandshake, err)
 	}
@@ -155,12 +165,22 @@ func handshake(sock net.Conn, cfg Config, dl time.Time) (net.Conn, error) {
 	peer.machine = string(id)
 	// Map the peer's ring when both offer one on this machine.
 	var tx *ring
+	peerBells := [2]int{-1, -1}
 	if rx != nil && peer.flags&flagRing != 0 && peer.machine == mine.machine && mine.machine != "" {
-		if tx, err = openRing(peer.pid, peer.fd, peer.key, peer.size); err != nil {
+		if tx, peerBells, err = openPeer(peer); err != nil {
 			cfg.Logger.Debug("rconn: cannot map the peer's ring; staying on the socket", "err", err)
 			tx = nil
 		}
 	}
+	defer func() {
+		if !onRings {
+			for _, fd := range peerBells {
+				if fd >= 0 {
+					unix.Close(fd)
+				}
+			}
+		}
+	}()
 	verdict := [1]byte{0}
 	if tx != nil {
 		verdict[0] = 1
@@ -179,7 +199,53 @@ func handshake(sock net.Conn, cfg Config, dl time.Time) (net.Conn, error) {
 	if tx == nil || theirs[0] != 1 {
 		return sock, nil
 	}
-	return newConn(sock, rx, tx, cfg), nil
+	onRings = true
+	return newConn(sock, rx, tx, bells, peerBells, cfg), nil
+}
+
+// newSide makes what this side offers: the ring it reads and its two
+// doorbells.
+func newSide(size int) (*ring, [2]*bell, error) {
+	var bells [2]*bell
+	rx, err := newRing(size)
+	if err != nil {
+		return nil, bells, err
+	}
+	for i := range bells {
+		if bells[i], err = newBell(); err != nil {
+			rx.closeFD()
+			closeBells(bells)
+			return nil, [2]*bell{}, err
+		}
+	}
+	return rx, bells, nil
+}
+
+// openPeer maps the peer's ring and opens its doorbells.
+func openPeer(h hello) (*ring, [2]int, error) {
+	fds := [2]int{-1, -1}
+	tx, err := openRing(h.pid, h.fd, h.key, h.size)
+	if err != nil {
+		return nil, fds, err
+	}
+	for i, fd := range []int32{h.rbell, h.wbell} {
+		if fds[i], err = openBell(h.pid, fd); err != nil {
+			for _, f := range fds[:i] {
+				unix.Close(f)
+			}
+			return nil, [2]int{-1, -1}, err
+		}
+	}
+	return tx, fds, nil
+}
+
+func closeBells(bells [2]*bell) {
+	for _, b := range bells {
+		if b != nil {
+			b.r.Close()
+			unix.Close(b.wfd)
+		}
+	}
 }
 
 // machineID names this machine: host name and boot ID. Two processes that

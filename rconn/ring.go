@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/seriema-go/seriema/dtutils"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,10 +101,4 @@ func (r *ring) closeFD() {
 		unix.Close(r.fd)
 		r.fd = -1
 	}
-}
-
-// bump rings a doorbell: a sleeper on it wakes (its value changed).
-func bump(bell *atomic.Uint32) {
-	bell.Add(1)
-	dtutils.WakeWord(bell)
 }

@@ -15,16 +15,19 @@ import (
 //	8  u32 pid of the sender          12 i32 descriptor of its ring (-1: none)
 //	16 u64 key written in the ring's header
 //	24 u64 ring bytes (data area, a power of two)
-//	32 u16 machine identity length   34 machine identity (host name + boot ID)
+//	32 i32 descriptor of the write end of its reader's doorbell (a pipe)
+//	36 i32 descriptor of the write end of its writer's doorbell
+//	40 u16 machine identity length   42 machine identity (host name + boot ID)
 //
 // Then each side writes one verdict byte: 1 if it mapped the peer's ring
-// (opened /proc/<pid>/fd/<fd>, found magic, key and size), 0 if not. The
+// (opened /proc/<pid>/fd/<fd>, found magic, key and size) and its
+// doorbells, 0 if not. The
 // connection moves to the rings only when both verdicts are 1; otherwise the
 // socket carries the data, as plain TCP or unix.
 const (
 	helloMagic   = 0x4e4f4352 // "RCON"
-	helloVersion = 1
-	helloFixed   = 34
+	helloVersion = 2
+	helloFixed   = 42
 	maxMachineID = 512
 	flagRing     = 1
 )
@@ -35,6 +38,8 @@ type hello struct {
 	fd      int32
 	key     uint64
 	size    uint64
+	rbell   int32 // write ends of the sender's doorbells
+	wbell   int32
 	machine string
 }
 
@@ -46,7 +51,9 @@ func (h hello) marshal() []byte {
 	binary.LittleEndian.PutUint32(b[12:], uint32(h.fd))
 	binary.LittleEndian.PutUint64(b[16:], h.key)
 	binary.LittleEndian.PutUint64(b[24:], h.size)
-	binary.LittleEndian.PutUint16(b[32:], uint16(len(h.machine)))
+	binary.LittleEndian.PutUint32(b[32:], uint32(h.rbell))
+	binary.LittleEndian.PutUint32(b[36:], uint32(h.wbell))
+	binary.LittleEndian.PutUint16(b[40:], uint16(len(h.machine)))
 	return append(b, h.machine...)
 }
 
@@ -62,7 +69,7 @@ func parseHelloFixed(b []byte) (hello, int, error) {
 	if b[5]&^flagRing != 0 || binary.LittleEndian.Uint16(b[6:]) != 0 {
 		return hello{}, 0, fmt.Errorf("%w: reserved hello bits set", ErrHandshake)
 	}
-	n := int(binary.LittleEndian.Uint16(b[32:]))
+	n := int(binary.LittleEndian.Uint16(b[40:]))
 	if n > maxMachineID {
 		return hello{}, 0, fmt.Errorf("%w: machine identity of %d bytes", ErrHandshake, n)
 	}
@@ -72,6 +79,8 @@ func parseHelloFixed(b []byte) (hello, int, error) {
 		fd:    int32(binary.LittleEndian.Uint32(b[12:])),
 		key:   binary.LittleEndian.Uint64(b[16:]),
 		size:  binary.LittleEndian.Uint64(b[24:]),
+		rbell: int32(binary.LittleEndian.Uint32(b[32:])),
+		wbell: int32(binary.LittleEndian.Uint32(b[36:])),
 	}
 	return h, n, nil
 }
@@ -80,9 +89,8 @@ func parseHelloFixed(b []byte) (hello, int, error) {
 //
 //	0    u64 magic "RCONRING"   8 u64 key   16 u64 data bytes (power of two)
 //	64   u64 head: bytes the reader consumed (written by the reader only)
-//	128  u32 reader sleeping (1 while it waits on the doorbell)
-//	132  u32 reader doorbell (futex word; bumped to wake it)
-//	192  u32 writer sleeping   196 u32 writer doorbell
+//	128  u32 reader sleeping (1 while it waits on its doorbell)
+//	192  u32 writer sleeping (1 while it waits for room)
 //	256  u32 writer closed (no more records: the reader gets EOF after them)
 //	260  u32 reader closed (writes fail)
 //	4096 data
@@ -104,9 +112,7 @@ const (
 	ringHeaderSize = 4096
 	offHead        = 64
 	offRSleep      = 128
-	offRBell       = 132
 	offWSleep      = 192
-	offWBell       = 196
 	offWClosed     = 256
 	offRClosed     = 260
 	recordHeader   = 8
