@@ -714,7 +714,7 @@ type ofiQP struct {
 	in    fifo[ofiMsg] // received messages, in order, not yet read
 	early []ofiMsg     // received ahead of their turn
 	next  uint32       // sequence number of the message due next
-	shut_ bool
+	isShut bool
 
 	// The prober's state (see probe): messages received, the count at its
 	// last look, since when it has not changed while answers were due, and
@@ -780,7 +780,7 @@ func (q *ofiQP) progress() bool {
 // Messages ahead of their turn wait in early.
 func (q *ofiQP) deliver(m ofiMsg) {
 	q.inMu.Lock()
-	if q.shut_ {
+	if q.isShut {
 		q.inMu.Unlock()
 		q.prov.repost(m.buf)
 		return
@@ -824,7 +824,7 @@ func (q *ofiQP) io(write bool, b []byte) (int, error) {
 		return q.send(b)
 	}
 	q.inMu.Lock()
-	if q.shut_ {
+	if q.isShut {
 		q.inMu.Unlock()
 		return 0, net.ErrClosed
 	}
@@ -950,7 +950,7 @@ func (p *ofiProvider) kick() {
 // gives back those it holds.
 func (q *ofiQP) shut() {
 	q.inMu.Lock()
-	q.shut_ = true
+	q.isShut = true
 	var held []int
 	for {
 		m, ok := q.in.pop()
