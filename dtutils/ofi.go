@@ -710,10 +710,10 @@ type ofiQP struct {
 
 	seq uint32 // of the next message sent; wmu (or closing) holds it
 
-	inMu  sync.Mutex
-	in    fifo[ofiMsg] // received messages, in order, not yet read
-	early []ofiMsg     // received ahead of their turn
-	next  uint32       // sequence number of the message due next
+	inMu   sync.Mutex
+	in     fifo[ofiMsg] // received messages, in order, not yet read
+	early  []ofiMsg     // received ahead of their turn
+	next   uint32       // sequence number of the message due next
 	isShut bool
 
 	// The prober's state (see probe): messages received, the count at its
