@@ -230,9 +230,8 @@ type ofiProvider struct {
 	// the buffer reusable at once): the provider's inject_size.
 	inject int
 
-	// epmu is held (read) around every call on the endpoint, and by Close
-	// (write) to close it: epOpen says whether it still is.
-	epmu   sync.RWMutex
+	// epOpen says whether the endpoint is open; it changes only under
+	// epLife's write lock.
 	epOpen bool
 	host   *tcpProvider // what the frame engine needs of a provider
 	slab   []byte       // C memory: ReceiveBuffers then SendBuffers messages
@@ -332,6 +331,14 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 	return p, nil
 }
 
+// epLife is held (read) around every call into libfabric, by every
+// provider of the process, and (write) to close an endpoint: libfabric's
+// shm provider can fault when one endpoint closes while a call on another
+// endpoint of the same process is under way (seen in fi_send and in
+// fi_cq_read, with the two ends of a queue pair in one process). One
+// provider per process, the usual case, pays one uncontended read lock.
+var epLife sync.RWMutex
+
 // inProcess maps the endpoint names of this OS process's open providers
 // to them, so that a queue pair between two of them (tests, mostly) can
 // keep its peer's endpoint open while it sends: see ofiQP.post.
@@ -372,13 +379,13 @@ func (p *ofiProvider) sendBuf(i int) []byte { return p.recvBuf(p.cfg.ReceiveBuff
 func (p *ofiProvider) postRecv(i int) error {
 	b := Backoff{}
 	for try := 0; ; try++ {
-		p.epmu.RLock()
+		epLife.RLock()
 		if !p.epOpen {
-			p.epmu.RUnlock()
+			epLife.RUnlock()
 			return ErrClosed
 		}
 		ret := C.sof_recv(p.s, C.size_t(i*p.cfg.MessageSize), C.size_t(p.cfg.MessageSize), C.uint64_t(ofiCtxRecv|i))
-		p.epmu.RUnlock()
+		epLife.RUnlock()
 		switch {
 		case ret == 0:
 			return nil
@@ -435,12 +442,12 @@ func (p *ofiProvider) Close() error {
 
 // closeEP closes the endpoint once no call on it is under way.
 func (p *ofiProvider) closeEP() {
-	p.epmu.Lock()
+	epLife.Lock()
 	if p.epOpen {
 		p.epOpen = false
 		C.sof_close_ep(p.s)
 	}
-	p.epmu.Unlock()
+	epLife.Unlock()
 }
 
 // progress reads the completion queue (progressor).
@@ -464,13 +471,13 @@ func (p *ofiProvider) poll() bool {
 	defer p.cqmu.Unlock()
 	did := false
 	for {
-		p.epmu.RLock()
+		epLife.RLock()
 		if !p.epOpen {
-			p.epmu.RUnlock()
+			epLife.RUnlock()
 			return did
 		}
 		n := int(C.sof_poll(p.s)) // entries stay in p.s until the next poll, which cqmu excludes
-		p.epmu.RUnlock()
+		epLife.RUnlock()
 		switch {
 		case n == -C.FI_EAVAIL:
 			p.failed(uint64(C.sof_err_ctx(p.s)), int(C.sof_err_code(p.s)), C.GoString(&p.s.errbuf[0]))
@@ -622,8 +629,8 @@ func (p *ofiProvider) block(pfd []unix.PollFd) bool {
 	if pfd[0].Fd < 0 {
 		return false
 	}
-	p.epmu.RLock() // the descriptor belongs to the endpoint
-	defer p.epmu.RUnlock()
+	epLife.RLock() // the descriptor belongs to the endpoint
+	defer epLife.RUnlock()
 	if !p.epOpen || C.sof_trywait(p.s) != 0 {
 		return false
 	}
@@ -748,13 +755,13 @@ func (q *ofiQP) Connect(remote []byte) error {
 	}
 	addr := []byte(ep.addr)
 	var fa C.uint64_t
-	q.prov.epmu.RLock()
+	epLife.RLock()
 	closed := !q.prov.epOpen
 	var ret C.int
 	if !closed {
 		ret = C.sof_insert(q.prov.s, unsafe.Pointer(&addr[0]), &fa)
 	}
-	q.prov.epmu.RUnlock()
+	epLife.RUnlock()
 	if closed {
 		return ErrClosed
 	}
@@ -871,21 +878,16 @@ func (q *ofiQP) send(b []byte) (int, error) {
 func (q *ofiQP) post(i, n int) error {
 	p := q.prov
 	for {
-		if l := q.local; l != nil {
-			// The peer endpoint is in this process: keep it open while we
-			// send (libfabric's shm provider faults writing to an
-			// endpoint of its own process that has closed).
-			l.epmu.RLock()
-			open := l.epOpen
-			if !open {
-				l.epmu.RUnlock()
-				p.sent(i)
-				return fmt.Errorf("%w: rank %d closed its provider", ErrConnectionLost, q.peerRank)
-			}
-		}
 		off := C.size_t((p.cfg.ReceiveBuffers + i) * p.cfg.MessageSize)
 		inject := n <= p.inject
-		p.epmu.RLock()
+		epLife.RLock()
+		if l := q.local; l != nil && !l.epOpen {
+			// The peer endpoint is in this process and closed: libfabric's
+			// shm provider faults writing to it.
+			epLife.RUnlock()
+			p.sent(i)
+			return fmt.Errorf("%w: rank %d closed its provider", ErrConnectionLost, q.peerRank)
+		}
 		ret := C.ssize_t(-C.FI_ECANCELED)
 		switch {
 		case !p.epOpen:
@@ -895,10 +897,7 @@ func (q *ofiQP) post(i, n int) error {
 		default:
 			ret = C.sof_send(p.s, off, C.size_t(n), C.uint64_t(q.dest), C.uint64_t(ofiCtxSend|i))
 		}
-		p.epmu.RUnlock()
-		if q.local != nil {
-			q.local.epmu.RUnlock()
-		}
+		epLife.RUnlock()
 		switch {
 		case ret == 0 && inject:
 			p.sent(i)
