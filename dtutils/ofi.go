@@ -36,9 +36,6 @@ typedef struct {
 } sof_t;
 
 static const char *sof_prov(sof_t *s) { return s->info->fabric_attr->prov_name; }
-static const char *sof_domain(sof_t *s) { return s->info->domain_attr->name; }
-static uint64_t sof_mr_mode(sof_t *s) { return s->info->domain_attr->mr_mode; }
-static int sof_manual(sof_t *s) { return s->info->domain_attr->data_progress == FI_PROGRESS_MANUAL; }
 static size_t sof_inject_size(sof_t *s) { return s->info->tx_attr->inject_size; }
 
 // sof_close_ep closes every libfabric object; s and its slab stay, for Go
@@ -176,10 +173,8 @@ static ssize_t sof_poll(sof_t *s) {
 
 static uint64_t sof_ent_ctx(sof_t *s, int i) { return (uint64_t)(uintptr_t)s->ent[i].op_context; }
 static uint64_t sof_ent_len(sof_t *s, int i) { return s->ent[i].len; }
-static uint64_t sof_ent_flags(sof_t *s, int i) { return s->ent[i].flags; }
 static uint64_t sof_err_ctx(sof_t *s) { return (uint64_t)(uintptr_t)s->err.op_context; }
 static int sof_err_code(sof_t *s) { return s->err.err; }
-static uint64_t sof_err_flags(sof_t *s) { return s->err.flags; }
 */
 import "C"
 

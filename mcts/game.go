@@ -37,3 +37,11 @@ type State interface {
 	// String draws the position for people.
 	String() string
 }
+
+// PlayerNamer is what a State may also implement to name its players for
+// people (Hex: "black" and "white"); programs fall back to "first" and
+// "second".
+type PlayerNamer interface {
+	// PlayerName names player p, 0 or 1.
+	PlayerName(p int) string
+}

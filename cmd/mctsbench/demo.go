@@ -292,7 +292,7 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 			searchErr = fmt.Errorf("move %d: %w", moveNo+1, err)
 			break
 		}
-		mover := playerName(state)
+		mover := playerName(state, state.ToMove())
 		if err := state.Play(r.Move); err != nil {
 			searchErr = err
 			break
@@ -314,7 +314,7 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		}
 	}
 	if w := state.Winner(); w >= 0 {
-		sum.Winner = winnerName(state)
+		sum.Winner = playerName(state, w)
 	}
 	sum.SearchMs = float64(elapsed) / 1e6
 	searchNs = max(int64(elapsed), 1)
@@ -362,19 +362,13 @@ func gameTitle(game string) string {
 	return "Hex"
 }
 
-// playerName names the player to move: Hex's colours, else first/second.
-func playerName(s mcts.State) string {
-	if h, ok := s.(*hexgame.State); ok {
-		return h.Board.ToMove().String()
+// playerName names player p (0 or 1) of s's game: its own names when the
+// game has them (Hex: black, white), else first and second.
+func playerName(s mcts.State, p int) string {
+	if n, ok := s.(mcts.PlayerNamer); ok {
+		return n.PlayerName(p)
 	}
-	return [2]string{"first", "second"}[s.ToMove()]
-}
-
-func winnerName(s mcts.State) string {
-	if h, ok := s.(*hexgame.State); ok {
-		return h.Board.Winner().String()
-	}
-	return [2]string{"first", "second"}[s.Winner()]
+	return [2]string{"first", "second"}[p]
 }
 
 func describeConfig(o demoOpts) string {

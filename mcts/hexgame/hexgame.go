@@ -72,8 +72,17 @@ func (s *State) Simulate(n int, seed uint64) int {
 	return wins
 }
 func (s *State) AppendBinary(dst []byte) ([]byte, error) { return s.Board.AppendBinary(dst) }
-func (s *State) MoveName(m mcts.Move) string             { return s.Board.CellName(hex.Cell(m)) }
-func (s *State) String() string                          { return s.Board.String() }
+
+// PlayerName implements mcts.PlayerNamer: black (0) and white (1).
+func (s *State) PlayerName(p int) string {
+	if p == 0 {
+		return hex.Black.String()
+	}
+	return hex.White.String()
+}
+
+func (s *State) MoveName(m mcts.Move) string { return s.Board.CellName(hex.Cell(m)) }
+func (s *State) String() string              { return s.Board.String() }
 
 // ParseMove reads a cell name for the board of s.
 func (s *State) ParseMove(name string) (mcts.Move, error) {

@@ -36,6 +36,9 @@ func TestAdapter(t *testing.T) {
 	if _, err := s.ParseMove("z9"); err == nil {
 		t.Error("parsed an off-board cell")
 	}
+	if s.PlayerName(0) != "black" || s.PlayerName(1) != "white" {
+		t.Errorf("players named %q and %q", s.PlayerName(0), s.PlayerName(1))
+	}
 	if w := s.Simulate(10, 1); w < 0 || w > 10 {
 		t.Errorf("%d wins of 10 playouts", w)
 	}
