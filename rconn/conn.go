@@ -88,7 +88,8 @@ func (c *Conn) opErr(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rconn", Source: c.sock.LocalAddr(), Addr: c.sock.RemoteAddr(), Err: err}
 }
 
-// waitState is what a blocked call checks on every round.
+// check is what a blocked call checks on every round: Close, then its
+// deadline.
 func (c *Conn) check(op string, dl *atomic.Int64) error {
 	if c.closed.Load() {
 		return c.opErr(op, net.ErrClosed)
