@@ -18,12 +18,15 @@ type target interface {
 	mem(region uint32, key, off, n uint64) (b []byte, ok bool)
 	// receiver returns the target's shared receive queue.
 	receiver() receiveSide
+	// call runs a call (OpCall) at the target and returns its status and
+	// reply length; gone reports the target lost while waiting for it.
+	call(src uint32, req, reply []byte, gone func() bool) (Status, int)
 }
 
 // apply performs op against t on behalf of process src and returns its
 // status and byte count. in is the payload of Write, WriteImm and Send; out
 // receives Read data and the atomics' old value. Every transport's semantics
-// are this function's.
+// are this function's, except OpCall's: see target.call.
 func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, arg1, arg2 uint64, src uint32) (Status, int) {
 	remoteMem := func() ([]byte, bool) {
 		if remote.Process != t.rank() {
@@ -137,3 +140,7 @@ func (t localTarget) mem(region uint32, key, off, n uint64) ([]byte, bool) {
 }
 
 func (t localTarget) receiver() receiveSide { return receiveSide{t.p.srq, t.p.rcq} }
+
+func (t localTarget) call(src uint32, req, reply []byte, _ func() bool) (Status, int) {
+	return t.p.call(src, req, reply)
+}

@@ -37,4 +37,9 @@ var (
 	ErrOFIUnavailable = errors.New("dtutils: libfabric (ofi) provider unavailable")
 	// ErrBadConfig: a configuration field is out of range.
 	ErrBadConfig = errors.New("dtutils: bad config")
+	// ErrBusy: the target's queue of incoming calls (OpCall) was full; the
+	// call did not run.
+	ErrBusy = errors.New("dtutils: target's call queue full")
+	// ErrNoOperator: the target process has no Operator to run calls.
+	ErrNoOperator = errors.New("dtutils: target serves no calls")
 )

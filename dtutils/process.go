@@ -24,16 +24,42 @@ type ProcessConfig struct {
 	MaxUnsignaled int
 	// MaxTransfer bounds the bytes of one operation. Default 1 GiB.
 	MaxTransfer int
+	// CallSlots bounds the calls (OpCall) queued or running at this process:
+	// the queue of incoming operations, one per transport kind (shm peers
+	// queue in shared memory, tcp/ofi/loop calls run on their connection's
+	// engine); a call beyond it is refused with StatusBusy. Zero means the
+	// default, 64; it must be a power of two in [2, 2^16].
+	CallSlots int
+	// CallBytes bounds a call's request and its reply, each. Zero means the
+	// default, 4096; at most 1 MiB. Initiator and target check their own.
+	CallBytes int
 }
+
+const maxCallBytes = 1 << 20
 
 // DefaultProcessConfig returns the defaults for a process of the given rank.
 func DefaultProcessConfig(rank uint32) ProcessConfig {
-	return ProcessConfig{Rank: rank, ReceiveSlots: 1024, MaxUnsignaled: 1024, MaxTransfer: 1 << 30}
+	return ProcessConfig{Rank: rank, ReceiveSlots: 1024, MaxUnsignaled: 1024, MaxTransfer: 1 << 30, CallSlots: 64, CallBytes: 4096}
 }
 
-// VerifyConfig checks c.
+func (c ProcessConfig) withDefaults() ProcessConfig {
+	if c.CallSlots == 0 {
+		c.CallSlots = 64
+	}
+	if c.CallBytes == 0 {
+		c.CallBytes = 4096
+	}
+	return c
+}
+
+// VerifyConfig checks c (zero call fields meaning their defaults).
 func (c ProcessConfig) VerifyConfig() error {
+	c = c.withDefaults()
 	switch {
+	case c.CallSlots < 2 || c.CallSlots&(c.CallSlots-1) != 0 || c.CallSlots > 1<<16:
+		return fmt.Errorf("%w: CallSlots %d must be a power of two in [2, 2^16]", ErrBadConfig, c.CallSlots)
+	case c.CallBytes < 0 || c.CallBytes > maxCallBytes:
+		return fmt.Errorf("%w: CallBytes %d must be in [1, %d]", ErrBadConfig, c.CallBytes, maxCallBytes)
 	case c.ReceiveSlots < 2 || c.ReceiveSlots&(c.ReceiveSlots-1) != 0 || c.ReceiveSlots > 1<<20:
 		return fmt.Errorf("%w: ReceiveSlots %d must be a power of two in [2, 2^20]", ErrBadConfig, c.ReceiveSlots)
 	case c.MaxUnsignaled <= 0:
@@ -59,6 +85,14 @@ type Process struct {
 	posted, polled atomic.Uint64
 	recvCQ         *ringCQ
 	progress       progressList // engines Progress drives (tcp connections)
+
+	// Calls (OpCall): the operator, the call area shm peers queue in, the
+	// calls running from other transports, and the call engine's life.
+	op       atomic.Pointer[Operator]
+	calls    *callArea
+	running  atomic.Int64
+	closing  atomic.Bool
+	callDone chan struct{}
 }
 
 // NewProcess creates the process state and its registry.
@@ -66,10 +100,12 @@ func NewProcess(cfg ProcessConfig) (*Process, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	reg := alloc.NewRegistry(cfg.Rank)
 	n := cfg.ReceiveSlots
 	srqBytes := ringBytes(n, recvDescSize)
-	region, err := reg.NewRegion(srqBytes+ringBytes(n, recvComplSize), alloc.RegionConfig{Name: "srq", Ladder: []alloc.Rung{alloc.Small}})
+	queues := srqBytes + ringBytes(n, recvComplSize)
+	region, err := reg.NewRegion(queues+callAreaBytes(cfg.CallSlots, cfg.CallBytes), alloc.RegionConfig{Name: "srq", Ladder: []alloc.Rung{alloc.Small}})
 	if err != nil {
 		reg.Close()
 		return nil, fmt.Errorf("dtutils: receive queues: %w", err)
@@ -78,6 +114,9 @@ func NewProcess(cfg ProcessConfig) (*Process, error) {
 	p := &Process{cfg: cfg, reg: reg, region: region}
 	if p.srq, err = initRing(mem[:srqBytes], n, recvDescSize); err == nil {
 		p.rcq, err = initRing(mem[srqBytes:], n, recvComplSize)
+	}
+	if err == nil {
+		p.calls, err = initCallArea(mem[queues:], cfg.CallSlots, cfg.CallBytes)
 	}
 	if err != nil {
 		reg.Close()
@@ -140,7 +179,10 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 func (p *Process) RecvCQ() CompletionQueue { return p.recvCQ }
 
 // Close releases the process's registered memory, the receive queues included.
-func (p *Process) Close() error { return p.reg.Close() }
+func (p *Process) Close() error {
+	p.stopCallEngine()
+	return p.reg.Close()
+}
 
 // receiveSide is the shared receive queue of a target process, seen from
 // whoever delivers into it (the process itself, or an shm peer).

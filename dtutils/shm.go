@@ -309,7 +309,10 @@ func (p *shmProvider) peer(ep endpoint) (*shmPeer, error) {
 		return nil, fmt.Errorf("mapping rank %d's receive queue: %w", ep.rank, err)
 	}
 	if peer.rs.srq, err = openRing(m.mem); err == nil {
-		peer.rs.rcq, err = openRing(m.mem[ringBytes(int(peer.rs.srq.capacity), recvDescSize):])
+		at := ringBytes(int(peer.rs.srq.capacity), recvDescSize)
+		if peer.rs.rcq, err = openRing(m.mem[at:]); err == nil {
+			peer.calls, err = openCallArea(m.mem[at+ringBytes(int(peer.rs.rcq.capacity), recvComplSize):])
+		}
 	}
 	if err != nil {
 		peer.close()
@@ -329,6 +332,7 @@ type shmPeer struct {
 	ctl     *net.UnixConn
 	regions *xsync.MapOf[uint32, *shmMapping]
 	rs      receiveSide
+	calls   *callArea // the peer's call area (OpCall)
 	gone    atomic.Bool
 	last    atomic.Pointer[shmMapping] // the region written last (syncQP.writeNow)
 }
@@ -359,6 +363,10 @@ func (p *shmPeer) lookup(region uint32, key uint64) *shmMapping {
 func (p *shmPeer) rank() uint32          { return p.r }
 func (p *shmPeer) receiver() receiveSide { return p.rs }
 func (p *shmPeer) lost() bool            { return p.gone.Load() }
+
+func (p *shmPeer) call(src uint32, req, reply []byte, gone func() bool) (Status, int) {
+	return shmCall(p.calls, src, req, reply, gone)
+}
 
 func (p *shmPeer) mem(region uint32, key, off, n uint64) ([]byte, bool) {
 	m := p.lookup(region, key)

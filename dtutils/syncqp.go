@@ -66,7 +66,7 @@ func (q *syncQP) Post(wr WorkRequest) error {
 	if peer.lost() || q.peerGone.Load() {
 		return fmt.Errorf("%w: peer process %d", ErrConnectionLost, peer.rank())
 	}
-	if err := wr.validate(q.proc.cfg.MaxTransfer); err != nil {
+	if err := wr.validate(q.proc.cfg.MaxTransfer, q.proc.cfg.CallBytes); err != nil {
 		return err
 	}
 	var snap uint64
@@ -79,6 +79,8 @@ func (q *syncQP) Post(wr WorkRequest) error {
 	switch wr.Op {
 	case OpRead, OpFetchAdd, OpCompareSwap:
 		out = wr.Local.Bytes()
+	case OpCall:
+		in, out = wr.Local.Bytes(), wr.Result.Bytes()
 	default:
 		in = wr.Local.Bytes()
 	}
@@ -86,7 +88,16 @@ func (q *syncQP) Post(wr WorkRequest) error {
 	if wr.Op == OpCompareSwap {
 		arg1 = wr.Compare
 	}
-	st, n := apply(peer, wr.Op, wr.Remote, in, out, wr.Imm, arg1, wr.Swap, q.proc.cfg.Rank)
+	var st Status
+	var n int
+	if wr.Op == OpCall {
+		// Over shm this waits for the peer's call engine: a call is one
+		// round trip through shared memory, complete when Post returns
+		// like every operation here.
+		st, n = peer.call(q.proc.cfg.Rank, in, out, func() bool { return peer.lost() || q.peerGone.Load() })
+	} else {
+		st, n = apply(peer, wr.Op, wr.Remote, in, out, wr.Imm, arg1, wr.Swap, q.proc.cfg.Rank)
+	}
 	if wr.Signaled || st != StatusSuccess {
 		q.cq.push(Completion{WRID: wr.WRID, Op: wr.Op, Status: st, Bytes: n, retire: snap, hasRet: wr.Signaled})
 	}

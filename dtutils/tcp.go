@@ -341,7 +341,7 @@ func (q *tcpQP) adopt(c net.Conn) error {
 
 // needsResponse: operations whose result comes back even when unsignaled.
 func needsResponse(op Op, signaled bool) bool {
-	return signaled || op == OpRead || op == OpFetchAdd || op == OpCompareSwap
+	return signaled || op == OpRead || op == OpFetchAdd || op == OpCompareSwap || op == OpCall
 }
 
 // tcpReadBuffer is the initial receive buffer of a connection; it grows to
@@ -360,10 +360,10 @@ func (q *tcpQP) Post(wr WorkRequest) error {
 	if !q.connected.Load() {
 		return ErrNotConnected
 	}
-	if err := wr.validate(q.prov.proc.cfg.MaxTransfer); err != nil {
+	if err := wr.validate(q.prov.proc.cfg.MaxTransfer, q.prov.proc.cfg.CallBytes); err != nil {
 		return err
 	}
-	oneSided := wr.Op != OpSend && wr.Op != OpNop
+	oneSided := wr.Op != OpSend && wr.Op != OpNop && wr.Op != OpCall
 	var snap uint64
 	if wr.Signaled {
 		snap = q.acct.snapshot()
@@ -383,10 +383,17 @@ func (q *tcpQP) Post(wr WorkRequest) error {
 		f.flags = flagSignaled
 	}
 	var payload []byte
+	local := wr.Local
 	switch wr.Op {
 	case OpWrite, OpWriteImm, OpSend:
 		payload = wr.Local.Bytes()
 		f.payload = uint32(len(payload))
+	case OpCall:
+		// The request travels as the payload, the reply's capacity as the
+		// length; the reply lands in Result.
+		payload = wr.Local.Bytes()
+		f.payload, f.length, f.region, f.off, f.key = uint32(len(payload)), uint64(wr.Result.Len()), 0, 0, 0
+		local = wr.Result
 	}
 	q.mu.Lock()
 	if q.lostErr != nil {
@@ -396,7 +403,7 @@ func (q *tcpQP) Post(wr WorkRequest) error {
 	}
 	q.appendFrame(&f, payload)
 	if needsResponse(wr.Op, wr.Signaled) {
-		q.pending.push(pendingOp{wrid: wr.WRID, op: wr.Op, signaled: wr.Signaled, local: wr.Local, retire: snap})
+		q.pending.push(pendingOp{wrid: wr.WRID, op: wr.Op, signaled: wr.Signaled, local: local, retire: snap})
 	}
 	q.mu.Unlock()
 	// Nobody polls: have the engine write it, with whatever else is posted
@@ -841,6 +848,10 @@ func (q *tcpQP) request(f frame, in []byte) error {
 		}
 	case OpFetchAdd, OpCompareSwap:
 		need = 8
+	case OpCall:
+		if f.length <= uint64(q.prov.proc.cfg.CallBytes) {
+			need = int(f.length)
+		}
 	}
 	if cap(rx.scratch) < need {
 		rx.scratch = make([]byte, need)
@@ -848,13 +859,18 @@ func (q *tcpQP) request(f frame, in []byte) error {
 	out := rx.scratch[:need]
 	var st Status
 	var n int
-	if op == OpRead && uint64(len(out)) != f.length {
+	switch {
+	case op == OpRead && uint64(len(out)) != f.length:
 		st = StatusRemoteAccess
-	} else {
+	case op == OpCall && uint64(len(out)) != f.length:
+		st = StatusLength
+	case op == OpCall:
+		st, n = localTarget{q.prov.proc}.call(q.peerRank, in, out, nil)
+	default:
 		st, n = apply(localTarget{q.prov.proc}, op, loc, in, out, f.imm, f.arg1, f.arg2, q.peerRank)
 	}
 	var data []byte
-	if st == StatusSuccess && (op == OpRead || op == OpFetchAdd || op == OpCompareSwap) {
+	if st == StatusSuccess && (op == OpRead || op == OpFetchAdd || op == OpCompareSwap || op == OpCall) {
 		data = out[:n]
 	}
 	q.respond(f, st, n, data)
@@ -894,6 +910,9 @@ func (q *tcpQP) response(f frame, data []byte) error {
 	}
 	if len(data) > 0 {
 		dst := p.local.Bytes()
+		if op == OpCall && len(data) <= len(dst) {
+			dst = dst[:len(data)] // a reply may be shorter than its buffer
+		}
 		if len(dst) != len(data) {
 			return fmt.Errorf("%w: rank %d answered %d bytes for a %d-byte buffer", ErrConnectionLost, q.peerRank, len(data), len(dst))
 		}

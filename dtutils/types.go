@@ -31,10 +31,15 @@ const (
 	// OpNop transfers nothing; completes in order like any operation (used to
 	// flush a queue pair).
 	OpNop
+	// OpCall hands Local to the target process's Operator (see
+	// Process.SetOperator), which runs on the target's engine, not on an
+	// application thread, and writes its reply into Result. The completion's
+	// Bytes is the reply's length. It is what package rdmo is built on.
+	OpCall
 	numOps
 )
 
-var opNames = [...]string{"", "write", "write-imm", "read", "send", "recv", "recv-imm", "fetch-add", "compare-swap", "nop"}
+var opNames = [...]string{"", "write", "write-imm", "read", "send", "recv", "recv-imm", "fetch-add", "compare-swap", "nop", "call"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -55,12 +60,17 @@ const (
 	StatusReceiverNotReady
 	// StatusConnectionLost: the connection broke before the operation completed.
 	StatusConnectionLost
-	// StatusLength: the message did not fit the posted receive buffer.
+	// StatusLength: the message did not fit the posted receive buffer (or a
+	// call's request or reply exceeded the target's CallBytes).
 	StatusLength
+	// StatusBusy: the target's queue of incoming calls was full (OpCall).
+	StatusBusy
+	// StatusNoOperator: the target process serves no calls (OpCall).
+	StatusNoOperator
 	numStatus
 )
 
-var statusErrs = [...]error{nil, ErrRemoteAccess, ErrReceiverNotReady, ErrConnectionLost, ErrLength}
+var statusErrs = [...]error{nil, ErrRemoteAccess, ErrReceiverNotReady, ErrConnectionLost, ErrLength, ErrBusy, ErrNoOperator}
 
 // Err returns nil for StatusSuccess and the matching sentinel otherwise.
 func (s Status) Err() error {
@@ -96,6 +106,9 @@ type WorkRequest struct {
 	Imm uint32
 	// Add is the addend of FetchAdd; Compare and Swap are CompareSwap's operands.
 	Add, Compare, Swap uint64
+	// Result receives the reply of OpCall (at most Result.Len() bytes);
+	// Local is then the request.
+	Result alloc.Memory
 }
 
 // Completion reports a finished work request, or a filled receive.
@@ -118,7 +131,7 @@ type Completion struct {
 func (c Completion) Err() error { return c.Status.Err() }
 
 // validate checks what every transport checks before posting.
-func (wr *WorkRequest) validate(maxTransfer int) error {
+func (wr *WorkRequest) validate(maxTransfer, maxCall int) error {
 	switch wr.Op {
 	case OpWrite, OpWriteImm, OpSend, OpRead:
 		if wr.Local.Len() > maxTransfer {
@@ -130,6 +143,10 @@ func (wr *WorkRequest) validate(maxTransfer int) error {
 	case OpFetchAdd, OpCompareSwap:
 		if wr.Local.Len() != 8 || wr.Remote.Length != 8 {
 			return fmt.Errorf("%w: %v needs 8-byte local and remote buffers (got %d, %d)", ErrBadRequest, wr.Op, wr.Local.Len(), wr.Remote.Length)
+		}
+	case OpCall:
+		if wr.Local.Len() > maxCall || wr.Result.Len() > maxCall {
+			return fmt.Errorf("%w: call of %d request and %d reply bytes exceeds CallBytes %d", ErrBadRequest, wr.Local.Len(), wr.Result.Len(), maxCall)
 		}
 	case OpNop:
 	default:

@@ -139,8 +139,9 @@ func parseEndpoint(b []byte, transport uint8) (endpoint, error) {
 //	48 u64 arg1 (FetchAdd addend, CompareSwap compare)
 //	56 u64 arg2 (CompareSwap swap)
 //
-// Requests carry the payload of Write, WriteImm and Send; responses carry
-// the data of Read and the old value of the atomics.
+// Requests carry the payload of Write, WriteImm and Send, and the request
+// of Call (length: the reply's capacity); responses carry the data of Read,
+// the old value of the atomics and the reply of Call (length: its size).
 const (
 	frameHeader  = 64
 	frameResp    = 0x80
@@ -217,6 +218,18 @@ func parseFrame(b []byte, maxPayload int) (frame, error) {
 		if resp && f.status == StatusSuccess {
 			want = 8
 		}
+	case OpCall:
+		// Requests: the request is the payload, length the reply's
+		// capacity; responses: the reply, length its size.
+		if f.length > uint64(maxPayload) {
+			return frame{}, fmt.Errorf("%w: call reply of %d bytes exceeds %d", ErrBadFrame, f.length, maxPayload)
+		}
+		want = uint64(f.payload)
+		if resp && f.status == StatusSuccess {
+			want = f.length
+		} else if resp {
+			want = 0
+		}
 	case OpNop:
 	default:
 		return frame{}, fmt.Errorf("%w: op %d", ErrBadFrame, f.op)
@@ -275,4 +288,35 @@ func parseOFIHeader(b []byte) (ofiMsgHeader, error) {
 		return ofiMsgHeader{}, fmt.Errorf("%w: ofi message kind %d with %d bytes", ErrBadFrame, h.kind, len(b))
 	}
 	return h, nil
+}
+
+// Call area: where shm peers queue calls (OpCall) for a process's engine.
+// It follows the receive completion ring in the process's receive-queue
+// region (the region an shm endpoint names):
+//
+//	0  u64 magic "SERICALL"   8 u32 slots   12 u32 slot bytes (CallBytes)
+//	16 u32 operator present (1 once Process.SetOperator ran)   20..64 reserved
+//	64 free ring (entries: u32 slot index, u32 reserved)
+//	   posted ring (same entries), both rings of capacity slots
+//	   slots × (64-byte slot header + slot bytes rounded up to 64)
+//
+// Slot header:
+//
+//	0  u32 state (0 free, 1 posted, 2 done; a futex word)
+//	4  u32 waiter (1 once the caller sleeps on state)
+//	8  u32 source rank   12 u32 request length   16 u32 reply capacity
+//	20 u32 reply length  24 u8 status
+//
+// The slot's bytes hold the request, then the reply in its place.
+const (
+	callMagic      = 0x4c4c414349524553 // "SERICALL" read little-endian
+	callHeader     = 64
+	callSlotHeader = 64
+	callEntry      = 8
+)
+
+func callSlotSize(bytes int) int { return callSlotHeader + (bytes+63)&^63 }
+
+func callAreaBytes(slots, bytes int) int {
+	return callHeader + 2*ringBytes(slots, callEntry) + slots*callSlotSize(bytes)
 }

@@ -1,0 +1,233 @@
+package dtutils
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// extraPair connects one more pair of queue pairs between a's and b's providers.
+func extraPair(t *testing.T, a, b side) (QueuePair, QueuePair) {
+	t.Helper()
+	qa, err := a.prov.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := b.prov.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- qb.Connect(qa.Endpoint()) }()
+	if err := qa.Connect(qb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return qa, qb
+}
+
+// TestCall checks OpCall (the transport under package rdmo) over every
+// transport: no operator, a reply shorter than its buffer, oversize
+// requests, many calls in flight in order, and the bounded queue of
+// incoming calls refusing one call too many.
+func TestCall(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { runCallSuite(t, tr.make) })
+	}
+}
+
+func runCallSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, Provider)) {
+	t.Run("NoOperator", func(t *testing.T) {
+		a, _ := connectPair(t, mk, nil)
+		c := post(t, a.qp, WorkRequest{Op: OpCall, Local: a.mem(t, 0, 8), Result: a.mem(t, 64, 8)})
+		if c.Status != StatusNoOperator || !errors.Is(c.Err(), ErrNoOperator) {
+			t.Fatalf("call without operator: %+v", c)
+		}
+	})
+	t.Run("ReplyAndOrder", func(t *testing.T) {
+		a, b := connectPair(t, mk, nil)
+		// The operator answers the request reversed, then the caller's rank.
+		b.proc.SetOperator(func(src uint32, req, reply []byte) int {
+			n := 0
+			for i := len(req) - 1; i >= 0 && n < len(reply); i-- {
+				reply[n] = req[i]
+				n++
+			}
+			if n < len(reply) {
+				reply[n] = byte(src + 100)
+				n++
+			}
+			return n
+		})
+		for i, n := range []int{0, 1, 7, 100, 4000} {
+			req := a.mem(t, 0, n)
+			fill(req.Bytes(), i)
+			res := a.mem(t, 8192, 4096)
+			c := post(t, a.qp, WorkRequest{Op: OpCall, WRID: uint64(i), Local: req, Result: res})
+			if c.Status != StatusSuccess || c.Op != OpCall || c.WRID != uint64(i) || c.Bytes != n+1 {
+				t.Fatalf("call of %d bytes: %+v", n, c)
+			}
+			got := res.Bytes()[:c.Bytes]
+			for j := 0; j < n; j++ {
+				if got[j] != req.Bytes()[n-1-j] {
+					t.Fatalf("call of %d bytes: reply byte %d = %d", n, j, got[j])
+				}
+			}
+			if got[n] != 100 {
+				t.Fatalf("operator saw source rank %d, want 0", got[n]-100)
+			}
+		}
+		// A reply buffer smaller than what the operator would write: clamped.
+		res := a.mem(t, 8192, 3)
+		c := post(t, a.qp, WorkRequest{Op: OpCall, Local: a.mem(t, 0, 10), Result: res})
+		if c.Status != StatusSuccess || c.Bytes != 3 {
+			t.Fatalf("short reply buffer: %+v", c)
+		}
+		// Calls among writes complete in posting order.
+		for i := 0; i < 50; i++ {
+			wr := WorkRequest{Op: OpWrite, WRID: uint64(2 * i), Signaled: true, Local: a.mem(t, 0, 8), Remote: b.loc(t, 0, 8)}
+			if i%2 == 1 {
+				wr = WorkRequest{Op: OpCall, WRID: uint64(2 * i), Signaled: true, Local: a.mem(t, 0, 4), Result: a.mem(t, 4096+64*i, 8)}
+			}
+			if err := a.qp.Post(wr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 50; i++ {
+			if c := wait(t, a.qp.CQ()); c.WRID != uint64(2*i) || c.Status != StatusSuccess {
+				t.Fatalf("completion %d out of order: %+v", i, c)
+			}
+		}
+	})
+	t.Run("Oversize", func(t *testing.T) {
+		a, b := connectPair(t, mk, func(c *ProcessConfig) { c.CallBytes = 256 })
+		b.proc.SetOperator(func(uint32, []byte, []byte) int { return 0 })
+		err := a.qp.Post(WorkRequest{Op: OpCall, Local: a.mem(t, 0, 257), Result: a.mem(t, 4096, 8)})
+		if !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("257-byte request with CallBytes 256: %v", err)
+		}
+		err = a.qp.Post(WorkRequest{Op: OpCall, Local: a.mem(t, 0, 8), Result: a.mem(t, 4096, 257)})
+		if !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("257-byte reply with CallBytes 256: %v", err)
+		}
+	})
+	t.Run("TargetChecksItsOwnBound", func(t *testing.T) {
+		// The initiator allows 4096 bytes, the target only 256: the target
+		// refuses with StatusLength rather than trusting the caller.
+		a, b := connectPair(t, mk, func(c *ProcessConfig) {
+			if c.Rank == 1 {
+				c.CallBytes = 256
+			}
+		})
+		b.proc.SetOperator(func(uint32, []byte, []byte) int { return 0 })
+		c := post(t, a.qp, WorkRequest{Op: OpCall, Local: a.mem(t, 0, 1000), Result: a.mem(t, 4096, 8)})
+		if c.Status != StatusLength {
+			t.Fatalf("1000-byte request to a 256-byte target: %+v", c)
+		}
+	})
+	t.Run("Busy", func(t *testing.T) {
+		a, b := connectPair(t, mk, func(c *ProcessConfig) { c.CallSlots = 2 })
+		if b.prov.Transport() == "ofi" {
+			// One endpoint, one engine per provider: calls run one at a
+			// time, and this test's blocked operator would block them all.
+			t.Skip("ofi runs its endpoint's calls one at a time: never more than one running")
+		}
+		release := make(chan struct{})
+		entered := make(chan struct{}, 8)
+		b.proc.SetOperator(func(_ uint32, req, reply []byte) int {
+			if len(req) > 0 && req[0] == 1 {
+				entered <- struct{}{}
+				<-release
+			}
+			return copy(reply, req)
+		})
+		var qps [3]QueuePair
+		qps[0] = a.qp
+		qps[1], _ = extraPair(t, a, b)
+		qps[2], _ = extraPair(t, a, b)
+		call := func(qp QueuePair, off int, hold bool) Completion {
+			req := a.mem(t, off, 8)
+			req.Bytes()[0] = 0
+			if hold {
+				req.Bytes()[0] = 1
+			}
+			if err := qp.Post(WorkRequest{Op: OpCall, Signaled: true, Local: req, Result: a.mem(t, off+64, 8)}); err != nil {
+				t.Error(err)
+			}
+			return wait(t, qp.CQ())
+		}
+		var wg sync.WaitGroup
+		held := make([]Completion, 2)
+		for i := 0; i < 2; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); held[i] = call(qps[i], 4096*(i+1), true) }()
+			if i == 0 {
+				<-entered
+			}
+		}
+		// Both held calls occupy the target: running (tcp, loop) or queued
+		// behind the first (shm).
+		deadline := time.Now().Add(10 * time.Second)
+		for b.proc.running.Load() < 2 && b.proc.calls.posted.empty() {
+			if time.Now().After(deadline) {
+				t.Fatal("second call never reached the target")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if c := call(qps[2], 3*4096+2048, false); c.Status != StatusBusy || !errors.Is(c.Err(), ErrBusy) {
+			t.Fatalf("third call with CallSlots 2: %+v", c)
+		}
+		close(release)
+		wg.Wait()
+		for i, c := range held {
+			if c.Status != StatusSuccess || c.Bytes != 8 {
+				t.Fatalf("held call %d: %+v", i, c)
+			}
+		}
+		// Room again.
+		if c := call(qps[2], 3*4096+2048, false); c.Status != StatusSuccess {
+			t.Fatalf("call after the queue drained: %+v", c)
+		}
+	})
+}
+
+// TestCallConcurrent hammers one target's operator from many goroutines
+// over several queue pairs: every reply matches its own request.
+func TestCallConcurrent(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			a, b := connectPair(t, tr.make, nil)
+			b.proc.SetOperator(func(_ uint32, req, reply []byte) int { return copy(reply, req) })
+			const workers, calls = 4, 300
+			var wg sync.WaitGroup
+			for w := 0; w < workers; w++ {
+				qp, _ := extraPair(t, a, b)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req, res := a.mem(t, w*8192, 64), a.mem(t, w*8192+4096, 64)
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					var c [1]Completion
+					for i := 0; i < calls; i++ {
+						fill(req.Bytes(), w*calls+i)
+						if err := qp.Post(WorkRequest{Op: OpCall, Signaled: true, Local: req, Result: res}); err != nil {
+							t.Error(err)
+							return
+						}
+						if _, err := qp.CQ().Wait(ctx, c[:]); err != nil || c[0].Status != StatusSuccess || !bytes.Equal(res.Bytes(), req.Bytes()) {
+							t.Errorf("worker %d call %d: %+v %v", w, i, c[0], err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
