@@ -18,16 +18,20 @@ import (
 // per process.
 type Operator func(src uint32, req, reply []byte) int
 
-// SetOperator installs the process's Operator (once; later calls are
-// ignored) and starts the engine that serves shm peers' calls. Until then,
-// calls fail with StatusNoOperator.
-func (p *Process) SetOperator(op Operator) {
+// SetOperator installs the process's Operator, once, and starts the engine
+// that serves shm peers' calls. Until then, calls fail with
+// StatusNoOperator.
+func (p *Process) SetOperator(op Operator) error {
+	if op == nil {
+		return fmt.Errorf("%w: nil Operator", ErrBadRequest)
+	}
 	if !p.op.CompareAndSwap(nil, &op) {
-		return
+		return fmt.Errorf("%w: process %d already has an Operator", ErrBadRequest, p.cfg.Rank)
 	}
 	p.calls.operator().Store(1)
 	p.callDone = make(chan struct{})
 	go p.callEngine()
+	return nil
 }
 
 // call runs a call that arrived over tcp, ofi or loop: CallSlots bounds the

@@ -1,0 +1,237 @@
+package rdmo
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// Method is one operation of an abstract data type. Its bounds are
+// declared at registration and enforced on every call: the input is
+// checked before the body runs, the output buffer it gets holds MaxOutput
+// bytes, and its Ctx stops it after MaxCost units.
+type Method struct {
+	// Name names the method in errors and logs.
+	Name string
+	// MaxInput bounds the input bytes; larger requests get CodeInputTooLarge.
+	MaxInput int
+	// MaxOutput bounds the output bytes (the out slice's length).
+	MaxOutput int
+	// MaxCost bounds the Ctx units the body may use (see Ctx); at most the
+	// engine's MaxCost.
+	MaxCost int
+	// Body runs the method on the instance behind x: it must not block
+	// (the implementor certifies it; the engine stops it at MaxCost), and
+	// must be safe to run concurrently with itself and the type's other
+	// methods (over tcp, calls from different connections run at once).
+	// It returns a code (OK or CodeUser and above) and the output bytes
+	// written into out.
+	Body func(x *Ctx, in, out []byte) (Code, int)
+}
+
+// Type is an abstract data type: a name and its methods, whose index in
+// Methods is their method number on the wire.
+type Type struct {
+	Name    string
+	Methods []Method
+	// MinSize is the smallest instance memory the type accepts (its
+	// header); Create refuses less.
+	MinSize int
+}
+
+// Capability names one instance for RDMOs: its process, its id, and a
+// secret that the engine checks on every request. Whoever holds it may
+// call the instance's methods until the owner revokes it. The owner hands
+// capabilities out through a higher-level facility (a dsfabric or riutils
+// call carrying MarshalBinary's bytes).
+type Capability struct {
+	Process uint32
+	ID      uint64
+	Secret  uint64
+}
+
+type instance struct {
+	typ     *Type
+	secret  uint64
+	mem     []byte
+	revoked atomic.Bool
+}
+
+// Engine runs RDMOs on a process's memory. It is the process's dtutils
+// Operator, so it runs on the transport's engine (the tcp or ofi connection
+// engine, the process's call engine for shm peers), never on the
+// application's threads; the queue of incoming operations is dtutils'
+// (ProcessConfig.CallSlots), which refuses an RDMO beyond it (ErrBusy).
+type Engine struct {
+	proc   *dtutils.Process
+	cfg    EngineConfig
+	mu     sync.Mutex // registration and creation
+	types  map[string]*Type
+	inst   *xsync.MapOf[uint64, *instance]
+	nextID uint64
+	closed atomic.Bool
+}
+
+// NewEngine makes proc serve RDMOs. A process has at most one engine.
+func NewEngine(proc *dtutils.Process, cfg EngineConfig) (*Engine, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	e := &Engine{proc: proc, cfg: cfg.withDefaults(), types: make(map[string]*Type), inst: xsync.NewMapOf[uint64, *instance]()}
+	var b [8]byte
+	rand.Read(b[:])
+	e.nextID = binary.LittleEndian.Uint64(b[:]) >> 16 // ids are not secret; distinct per engine helps debugging
+	if err := proc.SetOperator(e.serve); err != nil {
+		return nil, fmt.Errorf("rdmo: %w", err)
+	}
+	return e, nil
+}
+
+// Register adds a type. A method is refused when its bounds do not fit the
+// engine (MaxCost above the engine's, output or input beyond the process's
+// CallBytes less the record headers) or it has no body.
+func (e *Engine) Register(t Type) error {
+	room := e.proc.Config().CallBytes
+	if room == 0 {
+		room = 4096
+	}
+	if t.Name == "" || len(t.Methods) == 0 || len(t.Methods) > 1<<16 || t.MinSize < 0 {
+		return fmt.Errorf("%w: type %q needs a name and 1..65536 methods", ErrBadType, t.Name)
+	}
+	for i, m := range t.Methods {
+		switch {
+		case m.Body == nil:
+			return fmt.Errorf("%w: %s.%s (method %d) has no body", ErrBadType, t.Name, m.Name, i)
+		case m.MaxCost < 1 || m.MaxCost > e.cfg.MaxCost:
+			return fmt.Errorf("%w: %s.%s declares cost %d, engine allows [1, %d]", ErrBadType, t.Name, m.Name, m.MaxCost, e.cfg.MaxCost)
+		case m.MaxInput < 0 || m.MaxInput > room-requestHeader:
+			return fmt.Errorf("%w: %s.%s declares input %d, calls allow %d", ErrBadType, t.Name, m.Name, m.MaxInput, room-requestHeader)
+		case m.MaxOutput < 0 || m.MaxOutput > room-replyHeader:
+			return fmt.Errorf("%w: %s.%s declares output %d, calls allow %d", ErrBadType, t.Name, m.Name, m.MaxOutput, room-replyHeader)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.types[t.Name]; dup {
+		return fmt.Errorf("%w: type %q already registered", ErrBadType, t.Name)
+	}
+	t.Methods = append([]Method(nil), t.Methods...)
+	e.types[t.Name] = &t
+	return nil
+}
+
+// Create makes an instance of a registered type over mem (registered
+// memory of the engine's process, 8-aligned; the type's own Init lays it
+// out) and returns its capability.
+func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
+	if e.closed.Load() {
+		return Capability{}, ErrClosed
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.types[typeName]
+	if !ok {
+		return Capability{}, fmt.Errorf("%w: type %q not registered", ErrBadType, typeName)
+	}
+	r := mem.Region()
+	if r == nil {
+		return Capability{}, fmt.Errorf("%w: instance memory is empty", ErrBadConfig)
+	}
+	if got, ok := e.proc.Registry().Lookup(r.ID()); !ok || got != r {
+		return Capability{}, fmt.Errorf("%w: instance memory is not registered in process %d", ErrBadConfig, e.proc.Rank())
+	}
+	b := mem.Bytes()
+	if len(b) < t.MinSize || len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		return Capability{}, fmt.Errorf("%w: %s instance needs %d bytes, 8-aligned (got %d)", ErrBadConfig, typeName, t.MinSize, len(b))
+	}
+	var s [8]byte
+	rand.Read(s[:])
+	e.nextID++
+	in := &instance{typ: t, secret: binary.LittleEndian.Uint64(s[:]), mem: b}
+	e.inst.Store(e.nextID, in)
+	return Capability{Process: e.proc.Rank(), ID: e.nextID, Secret: in.secret}, nil
+}
+
+// Revoke withdraws a capability: RDMOs that arrive after it get
+// CodeBadCapability (one already running finishes). The memory is the
+// caller's again once Revoke returns and running RDMOs are done (at most
+// the method's bounded service time).
+func (e *Engine) Revoke(c Capability) error {
+	in, ok := e.inst.Load(c.ID)
+	if !ok || c.Process != e.proc.Rank() || !sameSecret(in.secret, c.Secret) {
+		return fmt.Errorf("%w: revoke of capability %d", ErrBadCapability, c.ID)
+	}
+	in.revoked.Store(true)
+	e.inst.Delete(c.ID)
+	return nil
+}
+
+// Close makes the engine refuse every RDMO (CodeBadCapability): the
+// process's Operator stays installed, as dtutils allows one per process.
+func (e *Engine) Close() error {
+	e.closed.Store(true)
+	e.inst.Clear()
+	return nil
+}
+
+// serve is the process's Operator: one RDMO, request to reply.
+func (e *Engine) serve(src uint32, req, reply []byte) int {
+	if len(reply) < replyHeader {
+		return 0 // the caller sees a malformed (empty) reply
+	}
+	out := reply[replyHeader:]
+	code, n := e.run(req, out)
+	if code != OK && code < CodeUser {
+		n = 0
+	}
+	return putReplyHeader(reply, code, n)
+}
+
+func (e *Engine) run(req, out []byte) (code Code, n int) {
+	r, err := parseRequest(req)
+	if err != nil {
+		return CodeMalformed, 0
+	}
+	in, ok := e.inst.Load(r.id)
+	if !ok || in.revoked.Load() || e.closed.Load() || !sameSecret(in.secret, r.secret) {
+		return CodeBadCapability, 0
+	}
+	if int(r.method) >= len(in.typ.Methods) {
+		return CodeBadMethod, 0
+	}
+	m := &in.typ.Methods[r.method]
+	if len(r.input) > m.MaxInput {
+		return CodeInputTooLarge, 0
+	}
+	if len(out) > m.MaxOutput {
+		out = out[:m.MaxOutput]
+	}
+	x := Ctx{mem: in.mem, left: m.MaxCost}
+	defer func() {
+		if p := recover(); p != nil {
+			code, n = CodeFault, 0
+			if s, ok := p.(stop); ok {
+				code = s.code
+			}
+		}
+	}()
+	code, n = m.Body(&x, r.input, out)
+	if n < 0 || n > len(out) || (code != OK && code < CodeUser) {
+		return CodeFault, 0
+	}
+	return code, n
+}
+
+// sameSecret compares secrets in constant time, so that timing tells a
+// guesser nothing.
+func sameSecret(a, b uint64) bool {
+	return subtle.ConstantTimeEq(int32(a>>32), int32(b>>32))&subtle.ConstantTimeEq(int32(a), int32(b)) == 1
+}

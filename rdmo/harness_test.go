@@ -1,0 +1,171 @@
+package rdmo
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testTransports lists the providers the suite runs over; builds with
+// -tags ofi add "ofi" (transports_ofi_test.go).
+var testTransports = []struct {
+	name string
+	make func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error)
+}{
+	{"loop", func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) { return f.NewProvider(proc), nil }},
+	{"shm", func(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
+		return dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: quietLog})
+	}},
+	{"tcp", func(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
+		cfg := dtutils.DefaultTCPConfig()
+		cfg.Logger = quietLog
+		return dtutils.NewTCP(proc, cfg)
+	}},
+}
+
+// world is one target process (rank 0) serving RDMOs and initiator
+// processes (ranks 1..), each with a Client and an RDMA runner on queue
+// pairs of their own.
+type world struct {
+	target    *dtutils.Process
+	tprov     dtutils.Provider
+	engine    *Engine
+	mem       *alloc.Region // the target's instance memory
+	initiator []initiator
+}
+
+type initiator struct {
+	proc   *dtutils.Process
+	prov   dtutils.Provider
+	client *Client
+	rdma   *RDMA
+}
+
+type worldConfig struct {
+	initiators int
+	procCfg    func(*dtutils.ProcessConfig)
+	noEngine   bool
+}
+
+func newWorld(t testing.TB, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error), wc worldConfig) *world {
+	t.Helper()
+	f := dtutils.NewLoopFabric()
+	newProc := func(rank uint32) (*dtutils.Process, dtutils.Provider) {
+		cfg := dtutils.DefaultProcessConfig(rank)
+		cfg.ReceiveSlots = 64
+		if wc.procCfg != nil {
+			wc.procCfg(&cfg)
+		}
+		p, err := dtutils.NewProcess(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, err := mk(f, p)
+		if err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { prov.Close(); p.Close() })
+		return p, prov
+	}
+	w := &world{}
+	w.target, w.tprov = newProc(0)
+	var err error
+	if w.mem, err = w.target.Registry().NewRegion(8<<20, alloc.RegionConfig{Name: "instances"}); err != nil {
+		t.Fatal(err)
+	}
+	if !wc.noEngine {
+		if w.engine, err = NewEngine(w.target, EngineConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := RegisterBuiltins(w.engine); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < max(wc.initiators, 1); i++ {
+		var in initiator
+		in.proc, in.prov = newProc(uint32(i + 1))
+		cq, _ := connect(t, in.prov, w.tprov)
+		if in.client, err = NewClient(in.proc, ClientConfig{}, cq); err != nil {
+			t.Fatal(err)
+		}
+		rq, _ := connect(t, in.prov, w.tprov)
+		tx, err := dtutils.NewTransmitter(rq, in.proc.Config().MaxUnsignaled, dtutils.TransmitterConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scratch, err := in.proc.Registry().NewRegion(RDMAScratch, alloc.RegionConfig{Name: "rdma-scratch"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm, _ := scratch.Memory(0, RDMAScratch)
+		if in.rdma, err = NewRDMA(tx, sm); err != nil {
+			t.Fatal(err)
+		}
+		w.initiator = append(w.initiator, in)
+	}
+	return w
+}
+
+// connect joins a new queue pair of a to one of b.
+func connect(t testing.TB, a, b dtutils.Provider) (dtutils.QueuePair, dtutils.QueuePair) {
+	t.Helper()
+	qa, err := a.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := b.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- qb.Connect(qa.Endpoint()) }()
+	if err := qa.Connect(qb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return qa, qb
+}
+
+// instance carves n bytes at off out of the target's instance memory.
+func (w *world) instance(t testing.TB, off, n int) (alloc.Memory, alloc.Locator) {
+	t.Helper()
+	m, err := w.mem.Memory(off, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, m.Locator()
+}
+
+func (w *world) create(t testing.TB, typ string, m alloc.Memory) Capability {
+	t.Helper()
+	c, err := w.engine.Create(typ, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func forTransports(t *testing.T, f func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error))) {
+	for _, tr := range testTransports {
+		t.Run(tr.name, func(t *testing.T) { f(t, tr.make) })
+	}
+}
+
+func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
