@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/seriema-go/seriema/dtutils"
 )
@@ -254,7 +255,13 @@ func TestSection3_3_SignaledRead(t *testing.T) {
 		if reads.Load() == 0 || writes.Load() == 0 {
 			t.Fatalf("only %d reads and %d writes got the lock", reads.Load(), writes.Load())
 		}
-		// A held lock: SignaledRead gives up with CodeLocked, both ways.
+		// A held lock: SignaledRead gives up with CodeLocked, both ways
+		// (once the one-sided lock releases in flight have landed).
+		for _, in := range w.initiator {
+			if err := in.rdma.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		binary.LittleEndian.PutUint64(mem.Bytes(), 1)
 		in := w.initiator[0]
 		if code, _, err := in.client.SignaledRead(ctx, rec, 2, nil); code != CodeLocked || err != nil {
@@ -333,8 +340,14 @@ func TestSection3_3_WriteAndSeal(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		close(stop)
-		if got := <-watched; got != n || bad.Load() != 0 {
+		var got int
+		select {
+		case got = <-watched:
+		case <-time.After(10 * time.Second):
+			close(stop)
+			got = <-watched
+		}
+		if got != n || bad.Load() != 0 {
 			t.Fatalf("owner saw %d of %d seals, %d with wrong data", got, n, bad.Load())
 		}
 	})

@@ -20,7 +20,9 @@ var testTransports = []struct {
 	name string
 	make func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error)
 }{
-	{"loop", func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) { return f.NewProvider(proc), nil }},
+	{"loop", func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
+		return f.NewProvider(proc), nil
+	}},
 	{"shm", func(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
 		return dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: quietLog})
 	}},

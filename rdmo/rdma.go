@@ -73,6 +73,10 @@ func (r *RDMA) faa(ctx context.Context, remote alloc.Locator, d uint64) (uint64,
 	return r.tx.FetchAdd(ctx, r.m(scrAtomic, 8), remote, d)
 }
 
+// Flush waits until every operation posted so far has completed (the lock
+// release SignaledRead leaves in flight included).
+func (r *RDMA) Flush(ctx context.Context) error { return r.flush(ctx) }
+
 func (r *RDMA) flush(ctx context.Context) error {
 	r.Messages += 2
 	return r.tx.Flush(ctx)

@@ -1,0 +1,258 @@
+package rdmo
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// Tests of §3.1's failure model: every way an RDMO can be refused or lost
+// reaches the initiator as a distinct error, and nothing hangs.
+
+// testType has methods that break their bounds on purpose, and one that
+// holds the engine until released (only a test may block a method).
+func testType(release <-chan struct{}, entered chan<- struct{}) Type {
+	return Type{Name: "test", MinSize: 8, Methods: []Method{
+		{Name: "echo", MaxInput: 16, MaxOutput: 16, MaxCost: 4, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			return OK, copy(out, in)
+		}},
+		{Name: "spin", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			for {
+				x.Step()
+			}
+		}},
+		{Name: "stray", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			return OK, int(x.Load(x.Len()))
+		}},
+		{Name: "panic", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			panic("boom")
+		}},
+		{Name: "hold", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			entered <- struct{}{}
+			<-release
+			return OK, 0
+		}},
+		{Name: "engine-code", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			return CodeBadMethod, 0 // a method may not claim an engine code
+		}},
+	}}
+}
+
+func TestSection3_1_Failures(t *testing.T) {
+	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
+		w := newWorld(t, mk, worldConfig{initiators: 3, procCfg: func(c *dtutils.ProcessConfig) { c.CallSlots = 2 }})
+		ctx := testCtx(t)
+		release, entered := make(chan struct{}), make(chan struct{}, 4)
+		if err := w.engine.Register(testType(release, entered)); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := w.instance(t, 0, 64)
+		good := w.create(t, "test", m)
+		c := w.initiator[0].client
+		check := func(what string, cp Capability, method uint16, in []byte, wantCode Code, wantErr error) {
+			t.Helper()
+			code, _, err := c.Do(ctx, cp, method, in)
+			if code != wantCode || !errors.Is(err, wantErr) {
+				t.Errorf("%s: code %v err %v; want %v, %v", what, code, err, wantCode, wantErr)
+			}
+		}
+		if code, out, err := c.Do(ctx, good, 0, []byte("hello")); code != OK || err != nil || string(out) != "hello" {
+			t.Fatalf("echo: %v %q %v", code, out, err)
+		}
+		wrong := good
+		wrong.Secret ^= 1
+		check("wrong secret", wrong, 0, nil, CodeBadCapability, ErrBadCapability)
+		check("unknown id", Capability{Process: 0, ID: good.ID + 1000, Secret: good.Secret}, 0, nil, CodeBadCapability, ErrBadCapability)
+		check("unknown method", good, 99, nil, CodeBadMethod, ErrBadMethod)
+		check("input beyond MaxInput", good, 0, make([]byte, 17), CodeInputTooLarge, ErrInputTooLarge)
+		check("over budget", good, 1, nil, CodeOverBudget, ErrOverBudget)
+		check("out of bounds", good, 2, nil, CodeFault, ErrFault)
+		check("panic", good, 3, nil, CodeFault, ErrFault)
+		check("engine code from a method", good, 5, nil, CodeFault, ErrFault)
+		if _, _, err := c.Do(ctx, good, 0, make([]byte, c.MaxInput()+1)); !errors.Is(err, ErrInputTooLarge) {
+			t.Errorf("input beyond CallBytes: %v", err)
+		}
+		if _, _, err := c.Do(ctx, Capability{Process: 42}, 0, nil); !errors.Is(err, ErrNoRoute) {
+			t.Errorf("capability of an unknown process: %v", err)
+		}
+		// The engine still serves after all that.
+		if code, _, err := c.Do(ctx, good, 0, nil); code != OK || err != nil {
+			t.Fatalf("echo after failures: %v %v", code, err)
+		}
+
+		// Over ofi, one endpoint has one engine: a held method would hold
+		// every connection, and peers' probes then declare it lost.
+		// Methods may not block; only this test's does.
+		if w.tprov.Transport() != "ofi" {
+			checkBusy(t, ctx, w, good, c, release, entered)
+		}
+		// Revocation: later RDMOs are refused.
+		if err := w.engine.Revoke(good); err != nil {
+			t.Fatal(err)
+		}
+		check("revoked", good, 0, nil, CodeBadCapability, ErrBadCapability)
+		if err := w.engine.Revoke(good); !errors.Is(err, ErrBadCapability) {
+			t.Errorf("second revoke: %v", err)
+		}
+
+		// Target death: its transport closes; RDMOs fail, none hang.
+		w.tprov.Close()
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		var err error
+		for err == nil {
+			_, _, err = c.Do(dctx, good, 0, nil)
+			if errors.Is(err, ErrBadCapability) {
+				err = nil // loop: the target's process state lives on in-process
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if !errors.Is(err, ErrTargetLost) {
+			t.Errorf("RDMO to a closed target: %v", err)
+		}
+	})
+}
+
+func TestNoEngine(t *testing.T) {
+	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
+		w := newWorld(t, mk, worldConfig{noEngine: true})
+		_, _, err := w.initiator[0].client.Do(testCtx(t), Capability{Process: 0, ID: 1}, 0, nil)
+		if !errors.Is(err, ErrNoEngine) {
+			t.Fatalf("RDMO to a process without engine: %v", err)
+		}
+	})
+}
+
+func TestRegistrationRefusals(t *testing.T) {
+	w := newWorld(t, testTransports[0].make, worldConfig{})
+	body := func(x *Ctx, in, out []byte) (Code, int) { return OK, 0 }
+	for _, tc := range []struct {
+		what string
+		typ  Type
+	}{
+		{"no name", Type{Methods: []Method{{MaxCost: 1, Body: body}}}},
+		{"no methods", Type{Name: "a"}},
+		{"no body", Type{Name: "a", Methods: []Method{{MaxCost: 1}}}},
+		{"cost above the engine's", Type{Name: "a", Methods: []Method{{MaxCost: 1 << 20, Body: body}}}},
+		{"zero cost", Type{Name: "a", Methods: []Method{{Body: body}}}},
+		{"output beyond CallBytes", Type{Name: "a", Methods: []Method{{MaxCost: 1, MaxOutput: 4096, Body: body}}}},
+		{"input beyond CallBytes", Type{Name: "a", Methods: []Method{{MaxCost: 1, MaxInput: 4096, Body: body}}}},
+		{"duplicate", Type{Name: SlottedPageType, Methods: []Method{{MaxCost: 1, Body: body}}}},
+	} {
+		if err := w.engine.Register(tc.typ); !errors.Is(err, ErrBadType) {
+			t.Errorf("%s: %v", tc.what, err)
+		}
+	}
+	m, _ := w.instance(t, 1, 64)
+	if _, err := w.engine.Create(SlottedPageType, m); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("misaligned instance: %v", err)
+	}
+	if _, err := w.engine.Create("nope", m); !errors.Is(err, ErrBadType) {
+		t.Errorf("unregistered type: %v", err)
+	}
+	if _, err := NewEngine(w.target, EngineConfig{}); err == nil {
+		t.Error("a second engine on one process was accepted")
+	}
+}
+
+func TestAsync(t *testing.T) {
+	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
+		w := newWorld(t, mk, worldConfig{})
+		ctx := testCtx(t)
+		mem, _ := w.instance(t, 0, accumHeader+8*2)
+		if err := InitAccumulator(mem.Bytes(), []uint64{0}, 1); err != nil {
+			t.Fatal(err)
+		}
+		acc := w.create(t, AccumulatorType, mem)
+		c := w.initiator[0].client
+		const n = 500 // more than MaxInflight: Start waits for room
+		in := appendLE(nil, 0, 1)
+		got := map[uint64]bool{}
+		var res [16]Result
+		for i := 0; i < n; i++ {
+			for {
+				sctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+				err := c.Start(sctx, acc, MethodAccumulate, in, uint64(i))
+				cancel()
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatal(err)
+				}
+				k := c.Poll(res[:])
+				for _, r := range res[:k] {
+					got[r.Tag] = r.Err == nil && r.Code == OK && le(r.Output) == 1
+				}
+			}
+		}
+		for len(got) < n {
+			k, err := c.Wait(ctx, res[:])
+			if err != nil {
+				t.Fatalf("%d of %d results: %v", len(got), n, err)
+			}
+			for _, r := range res[:k] {
+				got[r.Tag] = r.Err == nil && r.Code == OK && le(r.Output) == 1
+			}
+		}
+		for i := uint64(0); i < n; i++ {
+			if !got[i] {
+				t.Fatalf("result %d missing or failed", i)
+			}
+		}
+		if s := Accumulators(mem.Bytes())[0]; s != n {
+			t.Fatalf("sum %d after %d RDMOs", s, n)
+		}
+	})
+}
+
+func checkBusy(t *testing.T, ctx context.Context, w *world, good Capability, c *Client, release chan struct{}, entered chan struct{}) {
+	// Full queue: two RDMOs held in the engine (running over tcp and
+	// loop, queued behind the first over shm) fill CallSlots = 2; one
+	// more is refused. Which one is refused depends on timing (over shm
+	// a probe may queue before the second held RDMO), so every call
+	// runs in its own goroutine: at least one must be refused, and
+	// every other must succeed once released.
+	var wg sync.WaitGroup
+	var busy atomic.Int32
+	run := func(cl *Client, method uint16) chan struct{} {
+		done := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done)
+			code, _, err := cl.Do(ctx, good, method, nil)
+			switch {
+			case errors.Is(err, ErrBusy):
+				busy.Add(1)
+			case code != OK || err != nil:
+				t.Errorf("RDMO %d: %v %v", method, code, err)
+			}
+		}()
+		return done
+	}
+	run(w.initiator[1].client, 4)
+	<-entered
+	run(w.initiator[2].client, 4)
+	select {
+	case <-entered:
+	case <-time.After(200 * time.Millisecond): // queued (shm)
+	}
+	for deadline := time.Now().Add(10 * time.Second); busy.Load() == 0 && time.Now().Before(deadline); {
+		select {
+		case <-run(c, 0):
+		case <-time.After(100 * time.Millisecond): // queued: the queue is full now
+		}
+	}
+	close(release)
+	wg.Wait()
+	if busy.Load() == 0 {
+		t.Error("no RDMO refused while two held the queue of CallSlots 2")
+	}
+
+}
