@@ -11,6 +11,7 @@
 //	mctsbench soak    [-procs 3] [-threads 2] [-duration 30s] [-transport shm|tcp|ofi] [-json]
 //	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
 //	mctsbench conn    [-modes conn,unix,tcp] [-n N] [-stream-sizes 64,4096,65536] [-json]
+//	mctsbench rdmo    [-transports shm,tcp] [-initiators 1,4] [-n N] [-json]
 //
 // See docs/design.md §8.
 package main
@@ -26,7 +27,7 @@ import (
 )
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle|conn [flags]  (mctsbench SUBCOMMAND -h for flags)")
+	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle|conn|rdmo [flags]  (mctsbench SUBCOMMAND -h for flags)")
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -53,6 +54,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return idle(args[1:], stdout, stderr)
 	case "conn":
 		return connBench(args[1:], stdout, stderr)
+	case "rdmo":
+		return rdmoBench(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
 	usage(stderr)

@@ -119,20 +119,7 @@ func newRawEndpoint(rank uint32, transport string) (*rawEndpoint, error) {
 		return nil, err
 	}
 	e := &rawEndpoint{proc: proc}
-	switch transport {
-	case "shm", "": // raw measures one transport; automatic means shm
-		e.prov, err = dtutils.NewSHM(proc, dtutils.SHMConfig{})
-	case "tcp":
-		e.prov, err = dtutils.NewTCP(proc, dtutils.DefaultTCPConfig())
-	case "ofi":
-		oc := dtutils.DefaultOFIConfig()
-		if strings.HasPrefix(oc.Provider, "tcp") {
-			oc.Node = "127.0.0.1" // both processes are on this machine
-		}
-		e.prov, err = dtutils.NewOFI(proc, oc)
-	default:
-		err = fmt.Errorf("unknown transport %q (want shm, tcp or ofi)", transport)
-	}
+	e.prov, err = newLocalProvider(proc, transport)
 	if err == nil {
 		e.qp, err = e.prov.NewQueuePair()
 	}
@@ -147,6 +134,24 @@ func newRawEndpoint(rank uint32, transport string) (*rawEndpoint, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// newLocalProvider returns a provider of transport for a process whose
+// peers run on this machine ("" means shm).
+func newLocalProvider(proc *dtutils.Process, transport string) (dtutils.Provider, error) {
+	switch transport {
+	case "shm", "":
+		return dtutils.NewSHM(proc, dtutils.SHMConfig{})
+	case "tcp":
+		return dtutils.NewTCP(proc, dtutils.DefaultTCPConfig())
+	case "ofi":
+		oc := dtutils.DefaultOFIConfig()
+		if strings.HasPrefix(oc.Provider, "tcp") {
+			oc.Node = "127.0.0.1" // both processes are on this machine
+		}
+		return dtutils.NewOFI(proc, oc)
+	}
+	return nil, fmt.Errorf("unknown transport %q (want shm, tcp or ofi)", transport)
 }
 
 // hello is the line each side sends: endpoint and region locator.

@@ -37,6 +37,7 @@ type benchData struct {
 	ofi     []Result        // ours and ofi's over shm and tcp, one after the other
 	ofiLat  []LatencyResult // the same, call-and-return latency
 	conn    []ConnResult    // mctsbench conn: rconn, unix, tcp
+	rdmo    []RDMOResult    // mctsbench rdmo: RDMOs and their one-sided sequences
 	machine string
 	command string
 }
@@ -147,6 +148,9 @@ func loadBench(dir string) (*benchData, error) {
 		return nil, err
 	}
 	if d.ofi, d.ofiLat, err = readMixed(filepath.Join(dir, "ofi.json")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if d.rdmo, err = readLines[RDMOResult](filepath.Join(dir, "rdmo.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	return d, nil
@@ -327,6 +331,38 @@ func (d *benchData) ofiSection(w *strings.Builder) {
 	w.WriteString("\n")
 }
 
+// rdmoSection shows the RDMOs against their one-sided sequences and one
+// write's round trip, with the goals of issue 17 (network transports).
+func (d *benchData) rdmoSection(w *strings.Builder) {
+	var rs []RDMOResult
+	for _, r := range d.rdmo {
+		if r.Op != "" { // goal lines are recomputed below
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return
+	}
+	w.WriteString("\n### RDMO: the five operations of seed 001 against their one-sided sequences, same run\n\n")
+	w.WriteString("`mctsbench rdmo`: one target process serving RDMOs, 1 and 4 initiator processes (dtutils Processes in one OS process, joined by the transport). `rdma` is the one-sided sequence on the same layout; `Write` is one signaled 8-byte write, the round trip the goals compare with. Messages: a write 1, a read, atomic or flush 2; an RDMO 2.\n\n| op | impl | transport | initiators | messages/op | p50 | p99 | ops/s |\n|---|---|---|---:|---:|---:|---:|---:|\n")
+	byTransport := map[string][]RDMOResult{}
+	var order []string
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.1f | %v | %v | %.0f |\n", r.Op, r.Impl, r.Transport, r.Initiators, r.MessagesPerOp, time.Duration(r.P50ns), time.Duration(r.P99ns), r.OpsPerS)
+		if _, ok := byTransport[r.Transport]; !ok {
+			order = append(order, r.Transport)
+		}
+		byTransport[r.Transport] = append(byTransport[r.Transport], r)
+	}
+	w.WriteString("\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
+	for _, tr := range order {
+		for _, g := range rdmoGoals(byTransport[tr]) {
+			goal(w, g.Goal+" ("+tr+")", g.Value, g.Limit, !strings.Contains(g.Goal, "_over_write_"))
+		}
+	}
+	w.WriteString("\nOver shm the goals do not apply: a one-sided operation there is the initiator's own memory access, while an RDMO is a request to the target's call engine (a thread handoff through shared memory), so the one-sided sequences win; the initiator-applies-the-method mode that would close that gap is not built (see the rdmo package doc).\n\n")
+}
+
 // connSection compares rconn with a unix socket and TCP loopback, and
 // gRPC over each, with the goals of issue 16.
 func (d *benchData) connSection(w *strings.Builder, lat map[string]LatencyResult) {
@@ -450,6 +486,7 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	d.tcpSection(&w, lat)
 	d.ofiSection(&w)
 	d.connSection(&w, lat)
+	d.rdmoSection(&w)
 
 	// Peers
 	w.WriteString("\n### Against Go RPC (bench/peers, unix socket)\n\n| size (B) | trad | write | grpc-stream | netrpc | trad / grpc-stream | trad / netrpc |\n|---:|---:|---:|---:|---:|---:|---:|\n")
