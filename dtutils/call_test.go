@@ -231,3 +231,26 @@ func TestCallConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCallArea attaches to arbitrary bytes as a peer's call area: refused
+// or attached, never a panic, and what attaches stays within the bytes.
+func FuzzCallArea(f *testing.F) {
+	good := make([]byte, callAreaBytes(2, 64))
+	if _, err := initCallArea(good, 2, 64); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:100])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mem := make([]byte, len(b)+8) // 8-aligned copy: the atomics need it
+		mem = mem[:len(b)]
+		copy(mem, b)
+		c, err := openCallArea(mem)
+		if err != nil {
+			return
+		}
+		if end := c.slotsAt + c.slots*c.size; end > len(mem) {
+			t.Fatalf("call area of %d slots ends at %d past %d bytes", c.slots, end, len(mem))
+		}
+	})
+}

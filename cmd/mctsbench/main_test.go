@@ -250,3 +250,53 @@ func TestConnSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestRDMOSmoke runs mctsbench rdmo for real with few operations over every
+// test transport: per transport and initiator count, the write reference
+// and each of the five operations as rdmo and rdma, with the issue's
+// fields filled; goal lines for the network transports only.
+func TestRDMOSmoke(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"rdmo", "-n", "60", "-initiators", "1,2", "-transports", strings.Join(testTransports, ","), "-json"}
+	if code := run(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	results := map[string]int{}
+	goals := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m["goal"]; ok {
+			var g RDMOGoal
+			json.Unmarshal([]byte(l), &g)
+			if g.Value <= 0 || g.Limit <= 0 {
+				t.Errorf("bad goal line %s", l)
+			}
+			goals[g.Transport]++
+			continue
+		}
+		var r RDMOResult
+		json.Unmarshal([]byte(l), &r)
+		if r.P50ns <= 0 || r.P99ns < r.P50ns || r.OpsPerS <= 0 || r.MessagesPerOp < 2 || (r.Impl != "rdmo" && r.Impl != "rdma") {
+			t.Errorf("bad line %s", l)
+		}
+		if r.Impl == "rdma" && r.Op == "SlottedAppend" && r.MessagesPerOp < 8 {
+			t.Errorf("one-sided SlottedAppend counted %.1f messages, at least 8 expected", r.MessagesPerOp)
+		}
+		results[r.Transport]++
+	}
+	for _, tr := range testTransports {
+		name := resultTransport(tr)
+		if results[name] != 2*11 {
+			t.Errorf("%s: %d result lines, want 22", name, results[name])
+		}
+		if want := 8; tr != "shm" && goals[name] != want {
+			t.Errorf("%s: %d goal lines, want %d", name, goals[name], want)
+		}
+	}
+	if goals["shm"] != 0 {
+		t.Errorf("goal lines over shm: %d", goals["shm"])
+	}
+}

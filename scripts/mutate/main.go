@@ -107,6 +107,18 @@ var mutations = []mutation{
 	{Name: "dsfabric-callreturn-dead", Focus: "TestCallReturnCalleeKilled", Rule: "a death fails the calls waiting on that rank",
 		File: "dsfabric/fabric.go", Pkg: "./dsfabric",
 		Old: "\t\tif p.rank == r {\n\t\t\tif _, ok := f.pending.LoadAndDelete(id); ok {", New: "\t\tif false && p.rank == r {\n\t\t\tif _, ok := f.pending.LoadAndDelete(id); ok {"},
+	{Name: "rdmo-secret", Focus: "TestSection3_1_Failures", Rule: "an RDMO runs only with its capability's secret",
+		File: "rdmo/engine.go", Pkg: "./rdmo",
+		Old: "if !ok || in.revoked.Load() || e.closed.Load() || !sameSecret(in.secret, r.secret) {", New: "if !ok || in.revoked.Load() || e.closed.Load() || false && !sameSecret(in.secret, r.secret) {"},
+	{Name: "rdmo-revoke", Focus: "TestSection3_1_Failures", Rule: "a revoked capability is refused",
+		File: "rdmo/engine.go", Pkg: "./rdmo",
+		Old: "\tin.revoked.Store(true)\n\te.inst.Delete(c.ID)\n", New: "\n"},
+	{Name: "call-queue-bound", Focus: "TestCall", Rule: "at most CallSlots calls run at once; more are refused",
+		File: "dtutils/call.go", Pkg: "./dtutils",
+		Old: "if p.running.Add(1) > int64(p.cfg.CallSlots) {", New: "if p.running.Add(1) > int64(p.cfg.CallSlots)+1000 {"},
+	{Name: "shm-call-slot-return", Focus: "TestCall|TestCallConcurrent", Rule: "a caller returns its call slot once answered",
+		File: "dtutils/call.go", Pkg: "./dtutils",
+		Old: "\ts.state().Store(slotFree)\n\tc.free.enqueue(e[:])\n", New: "\ts.state().Store(slotFree)\n"},
 }
 
 func main() {
