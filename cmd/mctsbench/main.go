@@ -178,5 +178,8 @@ func main() {
 	if env := os.Getenv(connPeerEnv); env != "" {
 		os.Exit(connPeer(env))
 	}
+	if env := os.Getenv(rdmoTargetEnv); env != "" {
+		os.Exit(asPeer(func() int { return rdmoTargetMain(env) }))
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

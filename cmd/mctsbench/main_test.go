@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if env := os.Getenv(connPeerEnv); env != "" { // the far end of mctsbench conn
 		os.Exit(connPeer(env))
 	}
+	if env := os.Getenv(rdmoTargetEnv); env != "" { // the target of mctsbench rdmo
+		os.Exit(rdmoTargetMain(env))
+	}
 	// A rank self-launched by the send benchmark runs the same micro
 	// command as the test that started it.
 	if args := os.Getenv(microArgsEnv); args != "" && underLauncher() {
