@@ -15,6 +15,8 @@
 //	OpFetchAdd, OpCompareSwap   on an 8-byte, 8-aligned remote word; old value → Local
 //	OpSend                Local → the next receive posted at the peer (Process.PostRecv)
 //	OpNop                 nothing; completes in order (flushing)
+//	OpCall                Local → the target's Operator (Process.SetOperator), run by its
+//	                      transport engine; its reply → Result (package rdmo's transport)
 //
 // A request is signaled or not. Failures always complete (as in verbs);
 // successes complete only when signaled. A queue pair allows at most
