@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,4 +153,33 @@ func FuzzHello(f *testing.F) {
 			t.Fatal("re-encoding differs")
 		}
 	})
+}
+
+// TestAcceptAfterClose: a Close racing with the listener's own failing
+// accept never lets Accept return a nil connection with a nil error (which
+// crashed net/http's Serve under make test); the race detector checks the
+// error's hand-over.
+func TestAcceptAfterClose(t *testing.T) {
+	for i := 0; i < 100; i++ {
+		ln, err := Listen("unix", filepath.Join(t.TempDir(), "s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			c, err := ln.Accept()
+			if c != nil || err == nil {
+				err = fmt.Errorf("Accept after Close returned %v, %v", c, err)
+			} else if !errors.Is(err, net.ErrClosed) {
+				err = fmt.Errorf("Accept after Close: %w, want net.ErrClosed", err)
+			} else {
+				err = nil
+			}
+			got <- err
+		}()
+		ln.Close()
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

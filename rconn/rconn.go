@@ -78,15 +78,14 @@ type listener struct {
 	ready chan net.Conn
 	done  chan struct{}
 	once  sync.Once
-	err   error // why serve stopped; read after done is closed
+	err   error // why Accept stopped; written by stop only, read after done is closed
 }
 
 func (l *listener) serve() {
 	for {
 		sock, err := l.ln.Accept()
 		if err != nil {
-			l.err = err
-			l.once.Do(func() { close(l.done) })
+			l.stop(err)
 			return
 		}
 		go func() {
@@ -118,9 +117,19 @@ func (l *listener) Accept() (net.Conn, error) {
 }
 
 func (l *listener) Close() error {
-	err := l.ln.Close()
-	l.once.Do(func() { close(l.done) })
-	return err
+	l.stop(net.ErrClosed)
+	return l.ln.Close()
+}
+
+// stop ends Accept with err, once: err is written only before done
+// closes, so that Accept reads it safely (a Close racing with serve's
+// failing Accept used to let Accept return a nil connection and a nil
+// error, which crashed net/http's Serve; found by make test's race run).
+func (l *listener) stop(err error) {
+	l.once.Do(func() {
+		l.err = err
+		close(l.done)
+	})
 }
 
 func (l *listener) Addr() net.Addr { return l.ln.Addr() }
