@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/rdmo"
 )
 
 // The smoke tests run the real binary path: the test binary re-executes
@@ -301,5 +306,49 @@ func TestRDMOSmoke(t *testing.T) {
 	}
 	if goals["shm"] != 0 {
 		t.Errorf("goal lines over shm: %d", goals["shm"])
+	}
+}
+
+// TestRDMOTargetKilled: the target process of RDMOs is SIGKILLed while an
+// initiator issues them, over every test transport: every later RDMO fails
+// with rdmo.ErrTargetLost within seconds, none hangs.
+func TestRDMOTargetKilled(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			w, err := newRDMOWorld(tr, 1, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c := w.sides[0].client
+			pairs := []rdmo.KeyDelta{{Key: 1, Delta: 1}}
+			if _, code, err := c.ScatterAndAccumulate(ctx, w.inst.Acc, pairs); err != nil || code != rdmo.OK {
+				t.Fatalf("before the kill: %v %v", code, err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				for {
+					if _, _, err := c.ScatterAndAccumulate(ctx, w.inst.Acc, pairs); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
+			time.Sleep(20 * time.Millisecond)
+			w.target.Process.Kill()
+			select {
+			case err := <-done:
+				if !errors.Is(err, rdmo.ErrTargetLost) {
+					t.Fatalf("RDMO to a killed target: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("RDMOs to a killed target still running (or hung) after 20 s")
+			}
+			if _, _, err := c.ScatterAndAccumulate(ctx, w.inst.Acc, pairs); !errors.Is(err, rdmo.ErrTargetLost) {
+				t.Fatalf("RDMO after the target died: %v", err)
+			}
+		})
 	}
 }

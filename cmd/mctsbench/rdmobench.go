@@ -354,6 +354,7 @@ func rdmoMakeInstances(proc *dtutils.Process, engine *rdmo.Engine, k, n int) (*r
 type rdmoWorld struct {
 	sides   []rdmoSide
 	inst    *rdmoInstances
+	target  *exec.Cmd
 	closers []func()
 }
 
@@ -406,6 +407,7 @@ func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("launching the target: %w", err)
 	}
+	w.target = cmd
 	w.closers = append([]func(){func() { stdin.Close(); cmd.Wait() }}, w.closers...)
 	b, _ := json.Marshal(eps)
 	fmt.Fprintf(stdin, "%s\n", b)
