@@ -47,10 +47,15 @@ func (r *RDMA) m(off, n int) alloc.Memory {
 	return m
 }
 
+// sub is l's [off, off+n). Out of l (an offset read from a corrupt
+// instance), it is the zero Locator, which every target refuses
+// (ErrRemoteAccess) rather than touching memory past the instance.
 func sub(l alloc.Locator, off, n int) alloc.Locator {
-	l.Offset += uint64(off)
-	l.Length = uint64(n)
-	return l
+	s, err := l.Sub(uint64(off), uint64(n))
+	if err != nil || off < 0 || n < 0 {
+		return alloc.Locator{}
+	}
+	return s
 }
 
 func (r *RDMA) read(ctx context.Context, local alloc.Memory, remote alloc.Locator) error {
