@@ -73,10 +73,7 @@ type slot struct {
 // NewClient returns a client issuing RDMOs over qps (connected queue pairs
 // of proc, at most one per target process, used by nothing else).
 func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair) (*Client, error) {
-	pc := proc.Config().CallBytes
-	if pc == 0 {
-		pc = 4096
-	}
+	pc := proc.Config().CallBytes // NewProcess filled in the default
 	if err := cfg.VerifyConfig(pc); err != nil {
 		return nil, err
 	}

@@ -99,10 +99,7 @@ func NewEngine(proc *dtutils.Process, cfg EngineConfig) (*Engine, error) {
 // engine (MaxCost above the engine's, output or input beyond the process's
 // CallBytes less the record headers) or it has no body.
 func (e *Engine) Register(t Type) error {
-	room := e.proc.Config().CallBytes
-	if room == 0 {
-		room = 4096
-	}
+	room := e.proc.Config().CallBytes // NewProcess filled in the default
 	if t.Name == "" || len(t.Methods) == 0 || len(t.Methods) > 1<<16 || t.MinSize < 0 {
 		return fmt.Errorf("%w: type %q needs a name and 1..65536 methods", ErrBadType, t.Name)
 	}
