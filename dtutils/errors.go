@@ -42,4 +42,7 @@ var (
 	ErrBusy = errors.New("dtutils: target's call queue full")
 	// ErrNoOperator: the target process has no Operator to run calls.
 	ErrNoOperator = errors.New("dtutils: target serves no calls")
+	// ErrNotMapped: MapRemote on a queue pair whose transport does not share
+	// memory with its peer (tcp, ofi).
+	ErrNotMapped = errors.New("dtutils: peer memory cannot be mapped over this transport")
 )

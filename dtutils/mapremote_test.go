@@ -1,0 +1,87 @@
+package dtutils
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestMapRemote: over the transports that share memory, MapRemote gives the
+// peer's memory itself (atomics from both sides meet), after the checks a
+// one-sided Post makes; over the others it says ErrNotMapped; once the
+// peer's queue pair closes, Err reports it.
+func TestMapRemote(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			a, b := connectPair(t, tr.make, nil)
+			loc := b.loc(t, 4096, 64)
+			if tr.name != "loop" && tr.name != "shm" {
+				if CanMapRemote(a.qp) {
+					t.Fatal("CanMapRemote true over a transport that shares no memory")
+				}
+				if _, err := MapRemote(a.qp, loc); !errors.Is(err, ErrNotMapped) {
+					t.Fatalf("MapRemote over %s: %v, want ErrNotMapped", tr.name, err)
+				}
+				return
+			}
+			if !CanMapRemote(a.qp) {
+				t.Fatal("CanMapRemote false over a shared-memory transport")
+			}
+			m, err := MapRemote(a.qp, loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Bytes()) != 64 || m.Err() != nil {
+				t.Fatalf("mapped %d bytes, Err %v; want 64, nil", len(m.Bytes()), m.Err())
+			}
+			// Both sides add to one word at once: no add is lost.
+			mine := (*atomic.Uint64)(unsafe.Pointer(&m.Bytes()[8]))
+			theirs := (*atomic.Uint64)(unsafe.Pointer(&b.buf.Bytes()[4096+8]))
+			var wg sync.WaitGroup
+			for _, w := range []*atomic.Uint64{mine, theirs} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 10000; i++ {
+						w.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if v := theirs.Load(); v != 20000 {
+				t.Fatalf("word holds %d after 2×10000 adds from both sides, want 20000", v)
+			}
+			bad := map[string]func(){
+				"key":      func() { loc.Key ^= 1 },
+				"past-end": func() { loc.Offset = 4<<20 - 32 },
+				"process":  func() { loc.Process = 9 },
+				"region":   func() { loc.Region += 100 },
+			}
+			for name, f := range bad {
+				good := loc
+				f()
+				if _, err := MapRemote(a.qp, loc); !errors.Is(err, ErrRemoteAccess) {
+					t.Errorf("%s: %v, want ErrRemoteAccess", name, err)
+				}
+				loc = good
+			}
+			b.qp.Close()
+			for end := time.Now().Add(5 * time.Second); m.Err() == nil && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
+			}
+			if !errors.Is(m.Err(), ErrConnectionLost) {
+				t.Fatalf("after the peer closed: Err %v, want ErrConnectionLost", m.Err())
+			}
+			if _, err := MapRemote(a.qp, loc); !errors.Is(err, ErrConnectionLost) {
+				t.Fatalf("MapRemote after the peer closed: %v, want ErrConnectionLost", err)
+			}
+			a.qp.Close()
+			if !errors.Is(m.Err(), ErrClosed) {
+				t.Fatalf("after our queue pair closed: Err %v, want ErrClosed", m.Err())
+			}
+		})
+	}
+}
