@@ -71,10 +71,15 @@ const (
 	slotOffsetBits = 31
 )
 
-// RegisterBuiltins registers the five types with e.
-func RegisterBuiltins(e *Engine) error {
+// Registrar takes types: an Engine, or a Client that runs Direct methods
+// itself (direct mode).
+type Registrar interface{ Register(Type) error }
+
+// RegisterBuiltins registers the five types with r. All their methods but
+// LockedRecord's (which take a lock) are Direct.
+func RegisterBuiltins(r Registrar) error {
 	for _, t := range []Type{slottedPage(), versionChains(), lockedRecord(), sealedBuffer(), accumulator()} {
-		if err := e.Register(t); err != nil {
+		if err := r.Register(t); err != nil {
 			return err
 		}
 	}
@@ -137,7 +142,7 @@ func slotEntry(off, n uint64) uint64 { return slotValidBit | off<<32 | n }
 
 func slottedPage() Type {
 	return Type{Name: SlottedPageType, MinSize: slottedHeader + 8, Methods: []Method{{
-		Name: "SlottedAppend", MaxInput: MaxTuple, MaxOutput: 8, MaxCost: 64,
+		Name: "SlottedAppend", MaxInput: MaxTuple, MaxOutput: 8, MaxCost: 64, Direct: true,
 		Body: func(x *Ctx, in, out []byte) (Code, int) {
 			n, d := x.Load(8), x.Load(16)
 			l := uint64(len(in))
@@ -186,7 +191,7 @@ type Version struct{ Begin, Value uint64 }
 
 func versionChains() Type {
 	return Type{Name: VersionChainsType, MinSize: chainsHeader + 8 + nodeBytes, Methods: []Method{{
-		Name: "ConditionalGather", MaxInput: 24, MaxOutput: MaxGather * versionBytes, MaxCost: 4*MaxHops + 16,
+		Name: "ConditionalGather", MaxInput: 24, MaxOutput: MaxGather * versionBytes, MaxCost: 4*MaxHops + 16, Direct: true,
 		Body: func(x *Ctx, in, out []byte) (Code, int) {
 			if len(in) != 24 {
 				return CodeFault, 0
@@ -215,7 +220,7 @@ func versionChains() Type {
 			return OK, k
 		},
 	}, {
-		Name: "Insert", MaxInput: 32, MaxOutput: 8, MaxCost: 8 + 2*casTries,
+		Name: "Insert", MaxInput: 32, MaxOutput: 8, MaxCost: 8 + 2*casTries, Direct: true,
 		Body: func(x *Ctx, in, out []byte) (Code, int) {
 			if len(in) != 32 {
 				return CodeFault, 0
@@ -313,7 +318,7 @@ func lockedRecord() Type {
 
 func sealedBuffer() Type {
 	return Type{Name: SealedBufferType, MinSize: sealHeader, Methods: []Method{{
-		Name: "WriteAndSeal", MaxInput: 8 + MaxRecord, MaxOutput: 0, MaxCost: 40,
+		Name: "WriteAndSeal", MaxInput: 8 + MaxRecord, MaxOutput: 0, MaxCost: 40, Direct: true,
 		Body: func(x *Ctx, in, out []byte) (Code, int) {
 			if len(in) < 8 || len(in)-8 > x.Len()-sealHeader {
 				return CodeFault, 0
@@ -364,7 +369,7 @@ type KeyDelta struct{ Key, Delta uint64 }
 
 func accumulator() Type {
 	return Type{Name: AccumulatorType, MinSize: accumHeader + 16, Methods: []Method{{
-		Name: "ScatterAndAccumulate", MaxInput: MaxAccumulate * keyDeltaBytes, MaxOutput: 8, MaxCost: 2 + 2*MaxAccumulate,
+		Name: "ScatterAndAccumulate", MaxInput: MaxAccumulate * keyDeltaBytes, MaxOutput: 8, MaxCost: 2 + 2*MaxAccumulate, Direct: true,
 		Body: func(x *Ctx, in, out []byte) (Code, int) {
 			if len(in)%keyDeltaBytes != 0 {
 				return CodeFault, 0

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/seriema-go/seriema/dtutils"
 )
 
 // Tests of the five RDMOs of §3.3 (Table 2), each against an oracle and
@@ -25,8 +23,8 @@ func tuple(who, i int) []byte {
 }
 
 func TestSection3_3_SlottedAppend(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{initiators: testInitiators})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{initiators: testInitiators})
 		ctx := testCtx(t)
 		const per = 150
 		mem, loc := w.instance(t, 0, 64<<10)
@@ -100,12 +98,13 @@ func TestSection3_3_SlottedAppend(t *testing.T) {
 		if _, code, err := in.rdma.SlottedAppend(ctx, sloc, nil); code != CodePageFull || err != nil {
 			t.Fatalf("rdma append past the slots: %v %v", code, err)
 		}
+		w.checkDirect(t, tr.direct)
 	})
 }
 
 func TestSection3_3_ConditionalGather(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{initiators: testInitiators})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{initiators: testInitiators})
 		ctx := testCtx(t)
 		const buckets, keys, per = 8, 16, 60
 		mem, loc := w.instance(t, 0, 1<<20)
@@ -176,6 +175,7 @@ func TestSection3_3_ConditionalGather(t *testing.T) {
 				}
 			}
 		}
+		w.checkDirect(t, tr.direct)
 	})
 }
 
@@ -197,8 +197,8 @@ func untorn(b []byte) bool {
 }
 
 func TestSection3_3_SignaledRead(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{initiators: testInitiators})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{initiators: testInitiators})
 		ctx := testCtx(t)
 		const data, rounds = 1024, 200
 		mem, loc := w.instance(t, 0, recordHeader+data)
@@ -270,12 +270,13 @@ func TestSection3_3_SignaledRead(t *testing.T) {
 		if code, _, err := in.rdma.SignaledRead(ctx, loc, 2, nil); code != CodeLocked || err != nil {
 			t.Fatalf("rdma read of a held record: %v %v", code, err)
 		}
+		w.checkDirect(t, false)
 	})
 }
 
 func TestSection3_3_WriteAndSeal(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{initiators: testInitiators})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{initiators: testInitiators})
 		ctx := testCtx(t)
 		const per, data = 40, 512
 		n := testInitiators * per
@@ -350,12 +351,13 @@ func TestSection3_3_WriteAndSeal(t *testing.T) {
 		if got != n || bad.Load() != 0 {
 			t.Fatalf("owner saw %d of %d seals, %d with wrong data", got, n, bad.Load())
 		}
+		w.checkDirect(t, tr.direct)
 	})
 }
 
 func TestSection3_3_ScatterAndAccumulate(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{initiators: testInitiators})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{initiators: testInitiators})
 		ctx := testCtx(t)
 		const lookups, accs, rounds = 64, 16, 60
 		lookup := make([]uint64, lookups)
@@ -413,5 +415,6 @@ func TestSection3_3_ScatterAndAccumulate(t *testing.T) {
 		if err != nil || code != CodeBadIndex || n != 1 {
 			t.Fatalf("bad lookup entry: %d %v %v", n, code, err)
 		}
+		w.checkDirect(t, tr.direct)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dtutils"
 )
@@ -39,6 +40,12 @@ type Client struct {
 
 	resMu   sync.Mutex
 	results []Result
+
+	typeMu  sync.Mutex
+	types   map[string]*Type // direct mode's types (Register)
+	direct  *xsync.MapOf[Capability, *mapped]
+	nEngine atomic.Uint64
+	nDirect atomic.Uint64
 }
 
 // conn is one queue pair and its leader/follower polling: a waiter that
@@ -78,7 +85,8 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		return nil, err
 	}
 	cfg = cfg.withDefaults(pc)
-	c := &Client{proc: proc, cfg: cfg, conns: make(map[uint32]*conn), free: make(chan int32, cfg.MaxInflight)}
+	c := &Client{proc: proc, cfg: cfg, conns: make(map[uint32]*conn), free: make(chan int32, cfg.MaxInflight),
+		types: make(map[string]*Type), direct: xsync.NewMapOf[Capability, *mapped]()}
 	for _, qp := range qps {
 		r := qp.PeerRank()
 		if _, dup := c.conns[r]; dup {
@@ -127,8 +135,20 @@ func (c *Client) Do(ctx context.Context, cap Capability, method uint16, in []byt
 }
 
 // DoInto is Do appending the output to out, allocation-free when out has
-// room.
+// room (for the method's MaxOutput, in direct mode).
 func (c *Client) DoInto(ctx context.Context, cap Capability, method uint16, in, out []byte) (Code, []byte, error) {
+	if c.cfg.Direct && !c.closed.Load() && len(in) <= c.MaxInput() {
+		if m := c.mapping(ctx, cap); m.typ != nil {
+			if code, o, err, ok := c.runDirect(m, method, in, out); ok {
+				return code, o, err
+			}
+		}
+	}
+	return c.engineDo(ctx, cap, method, in, out)
+}
+
+// engineDo runs an RDMO at the target's engine.
+func (c *Client) engineDo(ctx context.Context, cap Capability, method uint16, in, out []byte) (Code, []byte, error) {
 	cn, s, err := c.post(ctx, cap, method, in, false, 0)
 	if err != nil {
 		return 0, out, err
@@ -148,6 +168,16 @@ func (c *Client) DoInto(ctx context.Context, cap Capability, method uint16, in, 
 // Start posts an RDMO without waiting; its Result, tagged tag, comes from
 // Poll or Wait. It waits only for room (MaxInflight).
 func (c *Client) Start(ctx context.Context, cap Capability, method uint16, in []byte, tag uint64) error {
+	if c.cfg.Direct && !c.closed.Load() && len(in) <= c.MaxInput() {
+		if m := c.mapping(ctx, cap); m.typ != nil {
+			if code, o, err, ok := c.runDirect(m, method, in, nil); ok {
+				c.resMu.Lock()
+				c.results = append(c.results, Result{Tag: tag, Code: code, Output: o, Err: err})
+				c.resMu.Unlock()
+				return nil
+			}
+		}
+	}
 	_, _, err := c.post(ctx, cap, method, in, true, tag)
 	return err
 }
@@ -178,6 +208,7 @@ func (c *Client) post(ctx context.Context, cap Capability, method uint16, in []b
 	s.state.Store(slotPending)
 	n := putRequest(s.in.Bytes(), method, cap.ID, cap.Secret, in)
 	req, _ := s.in.Slice(0, n)
+	c.nEngine.Add(1)
 	err := cn.qp.Post(dtutils.WorkRequest{Op: dtutils.OpCall, WRID: uint64(i), Signaled: true, Local: req, Result: s.out})
 	if err != nil {
 		c.release(s)

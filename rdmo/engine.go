@@ -35,6 +35,13 @@ type Method struct {
 	// It returns a code (OK or CodeUser and above) and the output bytes
 	// written into out.
 	Body func(x *Ctx, in, out []byte) (Code, int)
+	// Direct certifies the body lock-free: it keeps no lock or other state
+	// that its death halfway would leave held, so an initiator on the same
+	// machine may run it itself on the mapped instance instead of asking
+	// the engine (ClientConfig.Direct, EngineConfig.Direct). Methods that
+	// take a lock (SignaledRead) leave it false: an initiator killed
+	// holding the lock would block everyone.
+	Direct bool
 }
 
 // Type is an abstract data type: a name and its methods, whose index in
@@ -45,6 +52,31 @@ type Type struct {
 	// MinSize is the smallest instance memory the type accepts (its
 	// header); Create refuses less.
 	MinSize int
+}
+
+// maxMethods bounds a type's methods: method number 0xFFFF is the engine's
+// own (methodDescribe).
+const maxMethods = 1<<16 - 1
+
+// verify checks t's declared bounds against a cost limit and the room of
+// a call (CallBytes); Engine.Register and Client.Register share it.
+func (t *Type) verify(maxCost, room int) error {
+	if t.Name == "" || len(t.Name) > maxTypeName || len(t.Methods) == 0 || len(t.Methods) > maxMethods || t.MinSize < 0 {
+		return fmt.Errorf("%w: type %q needs a name of 1..%d bytes and 1..%d methods", ErrBadType, t.Name, maxTypeName, maxMethods)
+	}
+	for i, m := range t.Methods {
+		switch {
+		case m.Body == nil:
+			return fmt.Errorf("%w: %s.%s (method %d) has no body", ErrBadType, t.Name, m.Name, i)
+		case m.MaxCost < 1 || m.MaxCost > maxCost:
+			return fmt.Errorf("%w: %s.%s declares cost %d, engine allows [1, %d]", ErrBadType, t.Name, m.Name, m.MaxCost, maxCost)
+		case m.MaxInput < 0 || m.MaxInput > room-requestHeader:
+			return fmt.Errorf("%w: %s.%s declares input %d, calls allow %d", ErrBadType, t.Name, m.Name, m.MaxInput, room-requestHeader)
+		case m.MaxOutput < 0 || m.MaxOutput > room-replyHeader:
+			return fmt.Errorf("%w: %s.%s declares output %d, calls allow %d", ErrBadType, t.Name, m.Name, m.MaxOutput, room-replyHeader)
+		}
+	}
+	return nil
 }
 
 // Capability names one instance for RDMOs: its process, its id, and a
@@ -60,9 +92,12 @@ type Capability struct {
 
 type instance struct {
 	typ     *Type
+	id      uint64
 	secret  uint64
 	mem     []byte
+	loc     alloc.Locator // mem's, for direct initiators
 	revoked atomic.Bool
+	valid   validWord // direct mode's revocation word (zero without it)
 }
 
 // Engine runs RDMOs on a process's memory. It is the process's dtutils
@@ -78,6 +113,7 @@ type Engine struct {
 	inst   *xsync.MapOf[uint64, *instance]
 	nextID uint64
 	closed atomic.Bool
+	valid  validTable // direct mode's revocation words, under mu
 }
 
 // NewEngine makes proc serve RDMOs. A process has at most one engine.
@@ -99,21 +135,9 @@ func NewEngine(proc *dtutils.Process, cfg EngineConfig) (*Engine, error) {
 // engine (MaxCost above the engine's, output or input beyond the process's
 // CallBytes less the record headers) or it has no body.
 func (e *Engine) Register(t Type) error {
-	room := e.proc.Config().CallBytes // NewProcess filled in the default
-	if t.Name == "" || len(t.Methods) == 0 || len(t.Methods) > 1<<16 || t.MinSize < 0 {
-		return fmt.Errorf("%w: type %q needs a name and 1..65536 methods", ErrBadType, t.Name)
-	}
-	for i, m := range t.Methods {
-		switch {
-		case m.Body == nil:
-			return fmt.Errorf("%w: %s.%s (method %d) has no body", ErrBadType, t.Name, m.Name, i)
-		case m.MaxCost < 1 || m.MaxCost > e.cfg.MaxCost:
-			return fmt.Errorf("%w: %s.%s declares cost %d, engine allows [1, %d]", ErrBadType, t.Name, m.Name, m.MaxCost, e.cfg.MaxCost)
-		case m.MaxInput < 0 || m.MaxInput > room-requestHeader:
-			return fmt.Errorf("%w: %s.%s declares input %d, calls allow %d", ErrBadType, t.Name, m.Name, m.MaxInput, room-requestHeader)
-		case m.MaxOutput < 0 || m.MaxOutput > room-replyHeader:
-			return fmt.Errorf("%w: %s.%s declares output %d, calls allow %d", ErrBadType, t.Name, m.Name, m.MaxOutput, room-replyHeader)
-		}
+	// NewProcess filled in CallBytes' default.
+	if err := t.verify(e.cfg.MaxCost, e.proc.Config().CallBytes); err != nil {
+		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -152,7 +176,13 @@ func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
 	var s [8]byte
 	rand.Read(s[:])
 	e.nextID++
-	in := &instance{typ: t, secret: binary.LittleEndian.Uint64(s[:]), mem: b}
+	in := &instance{typ: t, id: e.nextID, secret: binary.LittleEndian.Uint64(s[:]), mem: b, loc: mem.Locator()}
+	if e.cfg.Direct {
+		var err error
+		if in.valid, err = e.valid.take(e.proc.Registry(), in.id); err != nil {
+			return Capability{}, fmt.Errorf("rdmo: revocation word: %w", err)
+		}
+	}
 	e.inst.Store(e.nextID, in)
 	return Capability{Process: e.proc.Rank(), ID: e.nextID, Secret: in.secret}, nil
 }
@@ -163,11 +193,13 @@ func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
 // the method's bounded service time).
 func (e *Engine) Revoke(c Capability) error {
 	in, ok := e.inst.Load(c.ID)
-	if !ok || c.Process != e.proc.Rank() || !sameSecret(in.secret, c.Secret) {
+	if !ok || c.Process != e.proc.Rank() || !sameSecret(in.secret, c.Secret) || in.revoked.Swap(true) {
 		return fmt.Errorf("%w: revoke of capability %d", ErrBadCapability, c.ID)
 	}
-	in.revoked.Store(true)
 	e.inst.Delete(c.ID)
+	e.mu.Lock()
+	e.valid.give(in.valid)
+	e.mu.Unlock()
 	return nil
 }
 
@@ -175,6 +207,14 @@ func (e *Engine) Revoke(c Capability) error {
 // process's Operator stays installed, as dtutils allows one per process.
 func (e *Engine) Close() error {
 	e.closed.Store(true)
+	e.mu.Lock()
+	e.inst.Range(func(_ uint64, in *instance) bool {
+		if !in.revoked.Swap(true) { // Revoke gives its own
+			e.valid.give(in.valid)
+		}
+		return true
+	})
+	e.mu.Unlock()
 	e.inst.Clear()
 	return nil
 }
@@ -201,17 +241,27 @@ func (e *Engine) run(req, out []byte) (code Code, n int) {
 	if !ok || in.revoked.Load() || e.closed.Load() || !sameSecret(in.secret, r.secret) {
 		return CodeBadCapability, 0
 	}
-	if int(r.method) >= len(in.typ.Methods) {
+	if r.method == methodDescribe {
+		return e.describe(in, r.input, out)
+	}
+	return invoke(in.typ, in.mem, r.method, r.input, out)
+}
+
+// invoke runs method of type t on mem, checking the method number and the
+// input's bound, and stopping the body at its bounds: the engine's path
+// and a direct initiator's.
+func invoke(t *Type, mem []byte, method uint16, input, out []byte) (code Code, n int) {
+	if int(method) >= len(t.Methods) {
 		return CodeBadMethod, 0
 	}
-	m := &in.typ.Methods[r.method]
-	if len(r.input) > m.MaxInput {
+	m := &t.Methods[method]
+	if len(input) > m.MaxInput {
 		return CodeInputTooLarge, 0
 	}
 	if len(out) > m.MaxOutput {
 		out = out[:m.MaxOutput]
 	}
-	x := Ctx{mem: in.mem, left: m.MaxCost}
+	x := Ctx{mem: mem, left: m.MaxCost}
 	defer func() {
 		if p := recover(); p != nil {
 			code, n = CodeFault, 0
@@ -220,7 +270,7 @@ func (e *Engine) run(req, out []byte) (code Code, n int) {
 			}
 		}
 	}()
-	code, n = m.Body(&x, r.input, out)
+	code, n = m.Body(&x, input, out)
 	if n < 0 || n > len(out) || (code != OK && code < CodeUser) {
 		return CodeFault, 0
 	}

@@ -28,6 +28,10 @@ const (
 	CodeFault Code = 5
 	// CodeMalformed: the request record was malformed.
 	CodeMalformed Code = 6
+	// CodeNoDirect: the engine does not let initiators run methods
+	// themselves (EngineConfig.Direct); only the engine's describe request
+	// gets it, and a Client then sends its RDMOs to the engine.
+	CodeNoDirect Code = 7
 	// CodeUser is the first code a type may define for its methods.
 	CodeUser Code = 64
 )
@@ -42,6 +46,7 @@ var (
 	ErrOverBudget    = errors.New("rdmo: method exceeded its declared cost")
 	ErrFault         = errors.New("rdmo: method faulted")
 	ErrMalformed     = errors.New("rdmo: malformed request or reply")
+	ErrNoDirect      = errors.New("rdmo: engine does not allow direct initiators")
 
 	// ErrBusy: the target's queue of incoming operations was full; the
 	// RDMO did not run and may be retried.
@@ -61,7 +66,7 @@ var (
 	ErrClosed = errors.New("rdmo: closed")
 )
 
-var codeErrs = [...]error{nil, ErrBadCapability, ErrBadMethod, ErrInputTooLarge, ErrOverBudget, ErrFault, ErrMalformed}
+var codeErrs = [...]error{nil, ErrBadCapability, ErrBadMethod, ErrInputTooLarge, ErrOverBudget, ErrFault, ErrMalformed, ErrNoDirect}
 
 // Err returns the engine code's error, nil for OK and methods' codes.
 func (c Code) Err() error {

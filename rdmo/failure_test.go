@@ -44,8 +44,8 @@ func testType(release <-chan struct{}, entered chan<- struct{}) Type {
 }
 
 func TestSection3_1_Failures(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{initiators: 3, procCfg: func(c *dtutils.ProcessConfig) { c.CallSlots = 2 }})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{initiators: 3, procCfg: func(c *dtutils.ProcessConfig) { c.CallSlots = 2 }})
 		ctx := testCtx(t)
 		release, entered := make(chan struct{}), make(chan struct{}, 4)
 		if err := w.engine.Register(testType(release, entered)); err != nil {
@@ -119,8 +119,8 @@ func TestSection3_1_Failures(t *testing.T) {
 }
 
 func TestNoEngine(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{noEngine: true})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{noEngine: true})
 		_, _, err := w.initiator[0].client.Do(testCtx(t), Capability{Process: 0, ID: 1}, 0, nil)
 		if !errors.Is(err, ErrNoEngine) {
 			t.Fatalf("RDMO to a process without engine: %v", err)
@@ -129,7 +129,7 @@ func TestNoEngine(t *testing.T) {
 }
 
 func TestRegistrationRefusals(t *testing.T) {
-	w := newWorld(t, testTransports[0].make, worldConfig{})
+	w := newWorld(t, testTransports[0], worldConfig{})
 	body := func(x *Ctx, in, out []byte) (Code, int) { return OK, 0 }
 	for _, tc := range []struct {
 		what string
@@ -161,8 +161,8 @@ func TestRegistrationRefusals(t *testing.T) {
 }
 
 func TestAsync(t *testing.T) {
-	forTransports(t, func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error)) {
-		w := newWorld(t, mk, worldConfig{})
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{})
 		ctx := testCtx(t)
 		mem, _ := w.instance(t, 0, accumHeader+8*2)
 		if err := InitAccumulator(mem.Bytes(), []uint64{0}, 1); err != nil {

@@ -14,23 +14,35 @@ import (
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testTransports lists the providers the suite runs over; builds with
-// -tags ofi add "ofi" (transports_ofi_test.go).
-var testTransports = []struct {
-	name string
-	make func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error)
-}{
-	{"loop", func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
-		return f.NewProvider(proc), nil
-	}},
-	{"shm", func(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
-		return dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: quietLog})
-	}},
-	{"tcp", func(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
+// testTransport is one way to run the suite: a provider and whether the
+// engine and clients use direct mode.
+type testTransport struct {
+	name   string
+	make   func(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error)
+	direct bool
+}
+
+func loopProvider(f *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
+	return f.NewProvider(proc), nil
+}
+
+func shmProvider(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
+	return dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: quietLog})
+}
+
+// testTransports lists the ways the suite runs; builds with -tags ofi add
+// "ofi" (transports_ofi_test.go). The -direct ones run Direct methods in
+// the initiator (and the others, LockedRecord's, at the engine).
+var testTransports = []testTransport{
+	{name: "loop", make: loopProvider},
+	{name: "shm", make: shmProvider},
+	{name: "tcp", make: func(_ *dtutils.LoopFabric, proc *dtutils.Process) (dtutils.Provider, error) {
 		cfg := dtutils.DefaultTCPConfig()
 		cfg.Logger = quietLog
 		return dtutils.NewTCP(proc, cfg)
 	}},
+	{name: "loop-direct", make: loopProvider, direct: true},
+	{name: "shm-direct", make: shmProvider, direct: true},
 }
 
 // world is one target process (rank 0) serving RDMOs and initiator
@@ -39,6 +51,7 @@ var testTransports = []struct {
 type world struct {
 	target    *dtutils.Process
 	tprov     dtutils.Provider
+	tqps      []dtutils.QueuePair // the target's ends of the clients' queue pairs
 	engine    *Engine
 	mem       *alloc.Region // the target's instance memory
 	initiator []initiator
@@ -57,7 +70,7 @@ type worldConfig struct {
 	noEngine   bool
 }
 
-func newWorld(t testing.TB, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error), wc worldConfig) *world {
+func newWorld(t testing.TB, tr testTransport, wc worldConfig) *world {
 	t.Helper()
 	f := dtutils.NewLoopFabric()
 	newProc := func(rank uint32) (*dtutils.Process, dtutils.Provider) {
@@ -70,7 +83,7 @@ func newWorld(t testing.TB, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtut
 		if err != nil {
 			t.Fatal(err)
 		}
-		prov, err := mk(f, p)
+		prov, err := tr.make(f, p)
 		if err != nil {
 			p.Close()
 			t.Fatal(err)
@@ -85,7 +98,7 @@ func newWorld(t testing.TB, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtut
 		t.Fatal(err)
 	}
 	if !wc.noEngine {
-		if w.engine, err = NewEngine(w.target, EngineConfig{}); err != nil {
+		if w.engine, err = NewEngine(w.target, EngineConfig{Direct: tr.direct}); err != nil {
 			t.Fatal(err)
 		}
 		if err := RegisterBuiltins(w.engine); err != nil {
@@ -95,9 +108,15 @@ func newWorld(t testing.TB, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtut
 	for i := 0; i < max(wc.initiators, 1); i++ {
 		var in initiator
 		in.proc, in.prov = newProc(uint32(i + 1))
-		cq, _ := connect(t, in.prov, w.tprov)
-		if in.client, err = NewClient(in.proc, ClientConfig{}, cq); err != nil {
+		cq, tq := connect(t, in.prov, w.tprov)
+		w.tqps = append(w.tqps, tq)
+		if in.client, err = NewClient(in.proc, ClientConfig{Direct: tr.direct}, cq); err != nil {
 			t.Fatal(err)
+		}
+		if tr.direct {
+			if err := RegisterBuiltins(in.client); err != nil {
+				t.Fatal(err)
+			}
 		}
 		rq, _ := connect(t, in.prov, w.tprov)
 		tx, err := dtutils.NewTransmitter(rq, in.proc.Config().MaxUnsignaled, dtutils.TransmitterConfig{})
@@ -164,10 +183,21 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-func forTransports(t *testing.T, f func(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error))) {
+func forTransports(t *testing.T, f func(t *testing.T, tr testTransport)) {
 	for _, tr := range testTransports {
-		t.Run(tr.name, func(t *testing.T) { f(t, tr.make) })
+		t.Run(tr.name, func(t *testing.T) { f(t, tr) })
 	}
 }
 
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+// checkDirect asserts where the clients' RDMOs ran: some in the initiators
+// when want, none otherwise.
+func (w *world) checkDirect(t testing.TB, want bool) {
+	t.Helper()
+	for i, in := range w.initiator {
+		if s := in.client.Stats(); (s.Direct > 0) != want {
+			t.Errorf("initiator %d ran %d RDMOs itself and sent %d to the engine; want direct runs: %v", i, s.Direct, s.Engine, want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package rdmo
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/seriema-go/seriema/alloc"
 )
 
 // Every byte format of package rdmo that crosses a process boundary is
@@ -26,6 +28,61 @@ const (
 //	0 u16 code   2 u16 reserved   4 u32 output length
 //	8 output bytes (exactly the output length)
 const replyHeader = 8
+
+// Method number methodDescribe is the engine's own, on any instance: with
+// an empty input, an engine that allows direct initiators
+// (EngineConfig.Direct) answers OK and this describe record; one that does
+// not answers CodeNoDirect.
+//
+//	0  u8 version (1)   1 u8 type name length L (1..255)   2 u16 methods
+//	4  u32 reserved
+//	8  instance locator (alloc.Locator, 32 bytes): the instance's memory
+//	40 revocation word locator (32 bytes): one u64, the instance id while
+//	   the capability is valid, anything else once revoked
+//	72 type name (L bytes)
+const (
+	methodDescribe = 0xFFFF
+	describeHeader = 72
+	maxTypeName    = 255
+)
+
+// describe is a decoded describe record.
+type description struct {
+	typeName string
+	methods  int
+	inst     alloc.Locator
+	valid    alloc.Locator
+}
+
+// putDescribe writes d into b and returns its length, 0 when b is too
+// short.
+func putDescribe(b []byte, d description) int {
+	n := describeHeader + len(d.typeName)
+	if len(b) < n || len(d.typeName) < 1 || len(d.typeName) > maxTypeName {
+		return 0
+	}
+	b[0], b[1] = wireVersion, byte(len(d.typeName))
+	binary.LittleEndian.PutUint16(b[2:], uint16(d.methods))
+	binary.LittleEndian.PutUint32(b[4:], 0)
+	d.inst.AppendBinary(b[8:8])
+	d.valid.AppendBinary(b[40:40])
+	copy(b[describeHeader:], d.typeName)
+	return n
+}
+
+func parseDescribe(b []byte) (description, error) {
+	if len(b) < describeHeader || b[0] != wireVersion || b[1] == 0 || binary.LittleEndian.Uint32(b[4:]) != 0 || len(b) != describeHeader+int(b[1]) {
+		return description{}, fmt.Errorf("%w: %d-byte describe record", ErrMalformed, len(b))
+	}
+	d := description{typeName: string(b[describeHeader:]), methods: int(binary.LittleEndian.Uint16(b[2:]))}
+	if err := d.inst.UnmarshalBinary(b[8:40]); err != nil {
+		return description{}, fmt.Errorf("%w: describe record: %w", ErrMalformed, err)
+	}
+	if err := d.valid.UnmarshalBinary(b[40:72]); err != nil || d.valid.Length != 8 {
+		return description{}, fmt.Errorf("%w: describe record: revocation word %v", ErrMalformed, d.valid)
+	}
+	return d, nil
+}
 
 // Capability record (Capability.MarshalBinary), what the owner hands out:
 //

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/seriema-go/seriema/alloc"
 )
 
 func TestRecordsRoundTrip(t *testing.T) {
@@ -32,7 +34,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 // is always a well-formed record whose code is OK, an engine code or a
 // method's.
 func FuzzRequest(f *testing.F) {
-	w := newWorld(f, testTransports[0].make, worldConfig{})
+	w := newWorld(f, testTransports[0], worldConfig{})
 	if err := w.engine.Register(testType(nil, nil)); err != nil {
 		f.Fatal(err)
 	}
@@ -101,6 +103,29 @@ func FuzzCapability(f *testing.F) {
 		again, _ := c.MarshalBinary()
 		if !bytes.Equal(again, b) {
 			t.Fatalf("capability %x does not round-trip", b)
+		}
+	})
+}
+
+// FuzzDescribe: a describe record (direct mode) from an engine decodes to
+// what was put, and anything else is ErrMalformed, never a panic.
+func FuzzDescribe(f *testing.F) {
+	d := description{typeName: AccumulatorType, methods: 1,
+		inst:  alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 2}, Offset: 64, Length: 128, Key: 9},
+		valid: alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 3}, Offset: 8, Length: 8, Key: 7}}
+	b := make([]byte, 512)
+	f.Add(b[:putDescribe(b, d)])
+	f.Add([]byte{1, 1, 0, 0})
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		d, err := parseDescribe(rec)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if n := putDescribe(b, d); !bytes.Equal(b[:n], rec) {
+			t.Fatalf("describe record %x does not round-trip (%x)", rec, b[:n])
 		}
 	})
 }
