@@ -269,7 +269,7 @@ func TestRDMOSmoke(t *testing.T) {
 	if code := run(args, nil, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	results := map[string]int{}
+	results, direct := map[string]int{}, map[string]int{}
 	goals := map[string]int{}
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var m map[string]any
@@ -287,8 +287,16 @@ func TestRDMOSmoke(t *testing.T) {
 		}
 		var r RDMOResult
 		json.Unmarshal([]byte(l), &r)
-		if r.P50ns <= 0 || r.P99ns < r.P50ns || r.OpsPerS <= 0 || r.MessagesPerOp < 2 || (r.Impl != "rdmo" && r.Impl != "rdma") {
+		if r.P50ns <= 0 || r.P99ns < r.P50ns || r.OpsPerS <= 0 || (r.Impl != "rdmo" && r.Impl != "rdma" && r.Impl != "rdmo-direct") {
 			t.Errorf("bad line %s", l)
+		}
+		// An RDMO is a request and its answer; one the initiator runs
+		// itself sends nothing (its one describe RDMO is in the warm-up).
+		if r.Impl == "rdmo-direct" && r.MessagesPerOp != 0 || r.Impl != "rdmo-direct" && r.MessagesPerOp < 2 {
+			t.Errorf("%s %s over %s: %.2f messages per operation", r.Op, r.Impl, r.Transport, r.MessagesPerOp)
+		}
+		if r.Impl == "rdmo-direct" {
+			direct[r.Transport]++
 		}
 		if r.Impl == "rdma" && r.Op == "SlottedAppend" && r.MessagesPerOp < 8 {
 			t.Errorf("one-sided SlottedAppend counted %.1f messages, at least 8 expected", r.MessagesPerOp)
@@ -297,8 +305,13 @@ func TestRDMOSmoke(t *testing.T) {
 	}
 	for _, tr := range testTransports {
 		name := resultTransport(tr)
-		if results[name] != 2*11 {
-			t.Errorf("%s: %d result lines, want 22", name, results[name])
+		// 11 per initiator count, and 4 direct ones where memory is shared.
+		want := 2 * 11
+		if tr == "shm" {
+			want += 2 * 4
+		}
+		if results[name] != want || direct[name] != want-2*11 {
+			t.Errorf("%s: %d result lines (%d direct), want %d (%d)", name, results[name], direct[name], want, want-2*11)
 		}
 		if want := 8; tr != "shm" && goals[name] != want {
 			t.Errorf("%s: %d goal lines, want %d", name, goals[name], want)
@@ -310,12 +323,13 @@ func TestRDMOSmoke(t *testing.T) {
 }
 
 // TestRDMOTargetKilled: the target process of RDMOs is SIGKILLed while an
-// initiator issues them, over every test transport: every later RDMO fails
-// with rdmo.ErrTargetLost within seconds, none hangs.
+// initiator issues them, over every test transport (and over shm with the
+// initiator running them itself, on the target's mapped memory): every
+// later RDMO fails with rdmo.ErrTargetLost within seconds, none hangs.
 func TestRDMOTargetKilled(t *testing.T) {
-	for _, tr := range testTransports {
+	for _, tr := range append(testTransports, "shm-direct") {
 		t.Run(tr, func(t *testing.T) {
-			w, err := newRDMOWorld(tr, 1, 100)
+			w, err := newRDMOWorld(strings.TrimSuffix(tr, "-direct"), 1, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -323,6 +337,14 @@ func TestRDMOTargetKilled(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			c := w.sides[0].client
+			if strings.HasSuffix(tr, "-direct") {
+				c = w.sides[0].direct
+				defer func() {
+					if s := c.Stats(); s.Direct == 0 {
+						t.Errorf("the direct client ran nothing itself: %+v", s)
+					}
+				}()
+			}
 			pairs := []rdmo.KeyDelta{{Key: 1, Delta: 1}}
 			if _, code, err := c.ScatterAndAccumulate(ctx, w.inst.Acc, pairs); err != nil || code != rdmo.OK {
 				t.Fatalf("before the kill: %v %v", code, err)

@@ -32,7 +32,7 @@ import (
 // RDMOResult is one line of mctsbench rdmo.
 type RDMOResult struct {
 	Op            string  `json:"op"`
-	Impl          string  `json:"impl"` // rdmo or rdma
+	Impl          string  `json:"impl"` // rdmo, rdmo-direct (shm: the initiator runs the method) or rdma
 	Transport     string  `json:"transport"`
 	Initiators    int     `json:"initiators"`
 	MessagesPerOp float64 `json:"messages_per_op"`
@@ -161,20 +161,27 @@ func rdmoGoals(rs []RDMOResult) []RDMOGoal {
 	return gs
 }
 
-// rdmoSide is one initiator: a client and a one-sided runner on queue
-// pairs of its own, and a queue pair for the write reference.
+// rdmoSide is one initiator: a client, a direct-mode client and a
+// one-sided runner on queue pairs of their own, and a queue pair for the
+// write reference.
 type rdmoSide struct {
 	proc   *dtutils.Process
 	client *rdmo.Client
+	direct *rdmo.Client // direct mode where the transport shares memory, else nil
 	rdma   *rdmo.RDMA
 	ref    dtutils.QueuePair
 	refMem alloc.Memory
 }
 
+// rdmoQPs is the queue pairs per initiator: client, one-sided runner,
+// write reference, direct client.
+const rdmoQPs = 4
+
 // rdmoInstances is what the target process tells the initiators: the
 // capabilities and locators of the instances it made for one run.
 type rdmoInstances struct {
 	Chains, Record, Acc, PageRDMO, PageRDMA    rdmo.Capability
+	PageDirect                                 rdmo.Capability
 	ChainsLoc, RecordLoc, AccLoc, PageRDMALoc  alloc.Locator
 	Seals                                      []rdmo.Capability
 	SealLocs                                   []alloc.Locator
@@ -217,7 +224,9 @@ func rdmoTarget(env string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	defer prov.Close()
-	engine, err := rdmo.NewEngine(proc, rdmo.EngineConfig{})
+	// The initiators are this program's own processes: they may run Direct
+	// methods themselves where the transport shares memory.
+	engine, err := rdmo.NewEngine(proc, rdmo.EngineConfig{Direct: true})
 	if err != nil {
 		return err
 	}
@@ -270,7 +279,7 @@ func rdmoTargetMain(env string) int {
 func rdmoMakeInstances(proc *dtutils.Process, engine *rdmo.Engine, k, n int) (*rdmoInstances, error) {
 	pageBytes := 32 + k*n*(8+rdmoTuple)
 	chainsBytes := 64 + 8*rdmoBuckets + 32*rdmoBuckets*rdmoChainLen
-	total := 2*pageBytes + chainsBytes + 16 + rdmoRecord + k*(8+rdmoRecord) + 64 + 8*(rdmoLookups+rdmoAccs) + 64*(k+8)
+	total := 3*pageBytes + chainsBytes + 16 + rdmoRecord + k*(8+rdmoRecord) + 64 + 8*(rdmoLookups+rdmoAccs) + 64*(k+8)
 	region, err := proc.Registry().NewRegion(total, alloc.RegionConfig{Name: "rdmo-instances"})
 	if err != nil {
 		return nil, err
@@ -304,14 +313,17 @@ func rdmoMakeInstances(proc *dtutils.Process, engine *rdmo.Engine, k, n int) (*r
 	acc := carve(64 + 8*(rdmoLookups+rdmoAccs))
 	rdmo.InitAccumulator(acc.Bytes(), lookup, rdmoAccs)
 	inst.Acc, inst.AccLoc = create(rdmo.AccumulatorType, acc), acc.Locator()
-	for _, impl := range []string{"rdmo", "rdma"} {
+	for _, impl := range []string{"rdmo", "rdma", "rdmo-direct"} {
 		m := carve(pageBytes)
 		rdmo.InitSlottedPage(m.Bytes(), k*n)
 		c := create(rdmo.SlottedPageType, m)
-		if impl == "rdmo" {
+		switch impl {
+		case "rdmo":
 			inst.PageRDMO = c
-		} else {
+		case "rdma":
 			inst.PageRDMA, inst.PageRDMALoc = c, m.Locator()
+		default:
+			inst.PageDirect = c
 		}
 	}
 	if err != nil {
@@ -358,7 +370,7 @@ func (w *rdmoWorld) close() {
 }
 
 // newRDMOWorld launches the target process and connects k initiators to
-// it, three queue pairs each (client, one-sided runner, write reference).
+// it, rdmoQPs queue pairs each.
 func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 	w = &rdmoWorld{}
 	defer func() {
@@ -379,7 +391,7 @@ func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 			return nil, err
 		}
 		w.closers = append(w.closers, func() { prov.Close(); s.proc.Close() })
-		for j := 0; j < 3; j++ {
+		for j := 0; j < rdmoQPs; j++ {
 			q, err := prov.NewQueuePair()
 			if err != nil {
 				return nil, err
@@ -420,10 +432,19 @@ func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 	}
 	for i := range w.sides {
 		s := &w.sides[i]
-		if s.client, err = rdmo.NewClient(s.proc, rdmo.ClientConfig{}, qps[3*i]); err != nil {
+		q := qps[rdmoQPs*i : rdmoQPs*(i+1)]
+		if s.client, err = rdmo.NewClient(s.proc, rdmo.ClientConfig{}, q[0]); err != nil {
 			return nil, err
 		}
-		tx, err := dtutils.NewTransmitter(qps[3*i+1], s.proc.Config().MaxUnsignaled, dtutils.TransmitterConfig{})
+		if dtutils.CanMapRemote(q[3]) {
+			if s.direct, err = rdmo.NewClient(s.proc, rdmo.ClientConfig{Direct: true}, q[3]); err != nil {
+				return nil, err
+			}
+			if err := rdmo.RegisterBuiltins(s.direct); err != nil {
+				return nil, err
+			}
+		}
+		tx, err := dtutils.NewTransmitter(q[1], s.proc.Config().MaxUnsignaled, dtutils.TransmitterConfig{})
 		if err != nil {
 			return nil, err
 		}
@@ -434,7 +455,7 @@ func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 		if s.rdma, err = rdmo.NewRDMA(tx, mustMemory(scratch, 0, rdmo.RDMAScratch)); err != nil {
 			return nil, err
 		}
-		s.ref, s.refMem = qps[3*i+2], mustMemory(scratch, rdmo.RDMAScratch, 8)
+		s.ref, s.refMem = q[2], mustMemory(scratch, rdmo.RDMAScratch, 8)
 	}
 	return w, nil
 }
@@ -486,10 +507,11 @@ func rdmoRun(transport string, k, n int) ([]RDMOResult, error) {
 	refLoc, _ := in.SealLocs[0].Sub(0, 8)
 	seal := func(s *rdmoSide) int { return int(s.proc.Rank()) - 1 }
 	buckets := uint64(in.Buckets)
-	benches := []struct {
+	type bench struct {
 		op, impl string
 		fn       rdmoOp
-	}{
+	}
+	benches := []bench{
 		{"Write", "rdma", func(ctx context.Context, s *rdmoSide, i int, r *rand.Rand) (rdmo.Code, error) {
 			if err := s.ref.Post(dtutils.WorkRequest{Op: dtutils.OpWrite, Signaled: true, Local: s.refMem, Remote: refLoc}); err != nil {
 				return 0, err
@@ -553,13 +575,48 @@ func rdmoRun(transport string, k, n int) ([]RDMOResult, error) {
 			return code, err
 		}},
 	}
+	if w.sides[0].direct != nil {
+		// The same RDMOs run by the initiator on the mapped instance; not
+		// SignaledRead, whose lock an initiator's death would leave held
+		// (it is not Direct and would go to the engine).
+		page := in.PageDirect
+		benches = append(benches, bench{"SlottedAppend", "rdmo-direct", func(ctx context.Context, s *rdmoSide, i int, r *rand.Rand) (rdmo.Code, error) {
+			for {
+				_, code, err := s.direct.SlottedAppend(ctx, page, tuple)
+				if err != nil || code != rdmo.CodeContended {
+					return code, err
+				}
+			}
+		}}, bench{"ConditionalGather", "rdmo-direct", func(ctx context.Context, s *rdmoSide, i int, r *rand.Rand) (rdmo.Code, error) {
+			b := uint64(r.Intn(int(buckets)))
+			_, code, err := s.direct.ConditionalGather(ctx, in.Chains, b, b, 1<<40)
+			return code, err
+		}}, bench{"WriteAndSeal", "rdmo-direct", func(ctx context.Context, s *rdmoSide, i int, r *rand.Rand) (rdmo.Code, error) {
+			return s.direct.WriteAndSeal(ctx, in.Seals[seal(s)], uint64(i+1), data)
+		}}, bench{"ScatterAndAccumulate", "rdmo-direct", func(ctx context.Context, s *rdmoSide, i int, r *rand.Rand) (rdmo.Code, error) {
+			_, code, err := s.direct.ScatterAndAccumulate(ctx, in.Acc, kd(r))
+			return code, err
+		}})
+	}
 	var out []RDMOResult
 	for _, b := range benches {
 		var ref rdmoOp
 		if k == 1 && b.op != "Write" {
 			ref = benches[0].fn
 		}
-		res, err := rdmoMeasure(ctx, w, n, b.fn, ref, b.impl == "rdmo", b.op == "Write")
+		// Messages: the one-sided runner counts its own; an RDMO sent to
+		// the engine is 2 (request, answer), one run directly none; the
+		// reference write is 2 (write, completion).
+		count := func(s *rdmoSide) uint64 { return s.rdma.Messages }
+		switch {
+		case b.op == "Write":
+			count = nil
+		case b.impl == "rdmo":
+			count = func(s *rdmoSide) uint64 { return 2 * s.client.Stats().Engine }
+		case b.impl == "rdmo-direct":
+			count = func(s *rdmoSide) uint64 { return 2 * s.direct.Stats().Engine }
+		}
+		res, err := rdmoMeasure(ctx, w, n, b.fn, ref, count)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", b.op, b.impl, err)
 		}
@@ -571,22 +628,24 @@ func rdmoRun(transport string, k, n int) ([]RDMOResult, error) {
 
 // rdmoMeasure runs fn n times on every initiator at once and reports the
 // latencies after a 10% warm-up, the aggregate rate and the messages per
-// operation (2 for an RDMO and a signaled write: request and answer; the
-// one-sided runner counts its own).
+// operation after the warm-up, from count (a side's messages so far; nil:
+// 2 per operation).
 //
 // With ref (one initiator only), each operation is followed by a reference
 // write, timed apart: the operation and the write it is compared with then
 // see the same conditions, which drift on a shared machine between two
 // measurements minutes apart. The rate is then operations over the time
 // spent in them.
-func rdmoMeasure(ctx context.Context, w *rdmoWorld, n int, fn, ref rdmoOp, isRDMO, isWrite bool) (RDMOResult, error) {
+func rdmoMeasure(ctx context.Context, w *rdmoWorld, n int, fn, ref rdmoOp, count func(*rdmoSide) uint64) (RDMOResult, error) {
 	warm := n / 10
 	lat := make([][]float64, len(w.sides))
 	var refLat []float64
-	msgs0 := make([]uint64, len(w.sides))
-	for i := range w.sides {
-		msgs0[i] = w.sides[i].rdma.Messages
+	counted := count != nil
+	if !counted {
+		count = func(*rdmoSide) uint64 { return 0 }
 	}
+	msgs0 := make([]uint64, len(w.sides))
+	msgs1 := make([]uint64, len(w.sides))
 	var wg sync.WaitGroup
 	errs := make([]error, len(w.sides))
 	var start sync.WaitGroup
@@ -604,7 +663,7 @@ func rdmoMeasure(ctx context.Context, w *rdmoWorld, n int, fn, ref rdmoOp, isRDM
 			for i := 0; i < n; i++ {
 				if i == warm {
 					begins[si] = time.Now()
-					msgs0[si] = s.rdma.Messages
+					msgs0[si] = count(s)
 				}
 				t0 := time.Now()
 				code, err := fn(ctx, s, i, r)
@@ -630,6 +689,7 @@ func rdmoMeasure(ctx context.Context, w *rdmoWorld, n int, fn, ref rdmoOp, isRDM
 				}
 			}
 			ends[si] = time.Now()
+			msgs1[si] = count(s)
 			lat[si] = l
 		}()
 	}
@@ -643,7 +703,7 @@ func rdmoMeasure(ctx context.Context, w *rdmoWorld, n int, fn, ref rdmoOp, isRDM
 	first, last := begins[0], ends[0]
 	for i := range w.sides {
 		all = append(all, lat[i]...)
-		msgs += w.sides[i].rdma.Messages - msgs0[i]
+		msgs += msgs1[i] - msgs0[i]
 		if begins[i].Before(first) {
 			first = begins[i]
 		}
@@ -653,7 +713,7 @@ func rdmoMeasure(ctx context.Context, w *rdmoWorld, n int, fn, ref rdmoOp, isRDM
 	}
 	ops := len(all)
 	perOp := float64(msgs) / float64(ops)
-	if isRDMO || isWrite {
+	if !counted {
 		perOp = 2
 	}
 	res := RDMOResult{MessagesPerOp: perOp, P50ns: percentile(all, 50), P99ns: percentile(all, 99), OpsPerS: float64(ops) / last.Sub(first).Seconds(), N: ops}
