@@ -82,12 +82,41 @@
 // Methods' own codes (CodeUser and above, e.g. CodePageFull) come with a
 // nil error. docs/reliability.md lists them with their tests.
 //
+// # Direct mode: the initiator runs the method (shm)
+//
+// The paper lets the initiator itself apply a lock-free method on the
+// mapped memory when both share a machine. With EngineConfig.Direct on the
+// target, ClientConfig.Direct on the initiator and the type registered with
+// the client too (Client.Register; RegisterBuiltins takes either), a method
+// declared Direct runs in the calling goroutine over queue pairs that share
+// memory (dtutils.CanMapRemote: shm, and loop):
+//
+//   - The first RDMO on a capability sends the engine a describe request
+//     (method 0xFFFF), which checks the capability like any RDMO and answers
+//     where the instance and its revocation word lie (docs/wire.md); the
+//     client maps both (dtutils.MapRemote) and caches them per capability.
+//   - Every later call checks that the target is alive and the revocation
+//     word still holds the instance's id (Revoke and Close clear it), then
+//     runs the body through the same Ctx, with the same bounds and codes.
+//     No message is sent: `mctsbench rdmo` measures it (`rdmo-direct`)
+//     beside the engine and the one-sided sequences.
+//   - Methods not declared Direct (LockedRecord's, which take a lock an
+//     initiator's death would leave held), engines that do not allow it,
+//     types the client does not know and transports that do not share
+//     memory all go to the engine as before; Client.Stats says where each
+//     RDMO ran.
+//
+// The price is isolation: a direct initiator holds the key of the
+// instance's whole region, so the capability no longer confines it; enable
+// it among processes that trust each other. A direct method that passed
+// the revocation check finishes even if Revoke comes meanwhile, as one
+// already running at the engine does, but on the initiator's time: an
+// initiator descheduled mid-method finishes later than the method's cost
+// suggests. Start in direct mode runs the method at once and queues its
+// Result for Poll.
+//
 // # Not built
 //
-// Over shm the paper's alternative — the initiator applying a lock-free
-// method itself on the mapped instance, with no request at all — is not
-// built: `mctsbench rdmo` shows the one-sided sequences over shm (the
-// initiator's own memory accesses) beating the call engine's thread
-// hand-off, which is the gap that mode would close. Capabilities are
-// handed out by the application; no dsfabric call does it yet.
+// Capabilities are handed out by the application; no dsfabric call does
+// it yet.
 package rdmo
