@@ -22,6 +22,11 @@ type Config struct {
 	// Seed seeds every random choice (each thread derives its own stream);
 	// 0 picks one from the clock.
 	Seed uint64
+	// MoveTime bounds a move's search time: once it has passed (and at
+	// least one rollout came back) no more rollouts start, and the search
+	// returns when those under way are back, with fewer than Budget
+	// rollouts. 0: no limit, Budget alone.
+	MoveTime time.Duration
 
 	// The fields below apply to the distributed search only.
 
@@ -67,6 +72,8 @@ func (c Config) VerifyConfig() error {
 		return fmt.Errorf("%w: Mode %d", ErrBadConfig, c.Mode)
 	case c.InFlight < 0:
 		return fmt.Errorf("%w: InFlight %d", ErrBadConfig, c.InFlight)
+	case c.MoveTime < 0:
+		return fmt.Errorf("%w: MoveTime %v (want ≥ 0)", ErrBadConfig, c.MoveTime)
 	}
 	return nil
 }

@@ -67,7 +67,9 @@ type Distributed struct {
 // phase is one move's search, in the root's process.
 type phase struct {
 	epoch     uint32
-	budget    int64
+	budget    atomic.Int64 // rollouts to start; 0 once the time limit passed
+	deadline  time.Time    // the time limit (zero: none)
+	timedOut  bool         // the limit passed (drive's thread only)
 	inFlight  int64
 	root      ref
 	started   atomic.Int64
@@ -78,6 +80,7 @@ type phase struct {
 
 type request struct {
 	state State
+	limit time.Duration // the phase's time limit; 0: Budget alone
 	reply chan Result
 	stop  bool
 }
@@ -203,8 +206,16 @@ func (d *Distributed) Err() error {
 
 // Search runs one phase from state on rank 0: cfg.Budget rollouts started
 // by the threads of rank 0 (where the root lives) and backpropagated to the
-// root, and returns the most visited child.
+// root, or fewer when cfg.MoveTime runs out first, and returns the most
+// visited child.
 func (d *Distributed) Search(ctx context.Context, state State) (Result, error) {
+	return d.SearchTime(ctx, state, d.cfg.MoveTime)
+}
+
+// SearchTime is Search with its own time limit instead of cfg.MoveTime (0:
+// Budget alone): a GUI's clock gives each move a different one. At least
+// one rollout comes back before the limit can end the phase.
+func (d *Distributed) SearchTime(ctx context.Context, state State, limit time.Duration) (Result, error) {
 	if d.f.Rank() != 0 {
 		return Result{}, fmt.Errorf("%w (this is rank %d)", ErrNotRoot, d.f.Rank())
 	}
@@ -214,7 +225,7 @@ func (d *Distributed) Search(ctx context.Context, state State) (Result, error) {
 	if state.Winner() >= 0 {
 		return Result{}, ErrGameOver
 	}
-	req := request{state: state.Clone(), reply: make(chan Result, 1)}
+	req := request{state: state.Clone(), limit: limit, reply: make(chan Result, 1)}
 	select {
 	case d.requests <- req:
 	case <-ctx.Done():
@@ -676,7 +687,7 @@ func (w *worker) startRollouts() int {
 	n := 0
 	for n < 4 {
 		s := p.started.Load()
-		if s >= p.budget || s-p.completed.Load() >= p.inFlight {
+		if s >= p.budget.Load() || s-p.completed.Load() >= p.inFlight {
 			break
 		}
 		if !p.started.CompareAndSwap(s, s+1) {
@@ -695,7 +706,14 @@ func (w *worker) drive(lastProgress *time.Time) int {
 	d := w.d
 	if p := d.phase.Load(); p != nil {
 		done := p.completed.Load()
-		if done >= p.budget {
+		if !p.timedOut && !p.deadline.IsZero() && done > 0 && time.Now().After(p.deadline) {
+			// Out of time: start no more rollouts and end once those under
+			// way are back (one started meanwhile by a thread that read the
+			// old budget ends in a later epoch and is ignored there).
+			p.timedOut = true
+			p.budget.Store(0)
+		}
+		if !p.timedOut && done >= p.budget.Load() || p.timedOut && done >= p.started.Load() {
 			root := w.lookup(p.root, p.epoch)
 			root.mu.Lock()
 			r := root.result(int(done), d.cfg.Playouts)
@@ -707,7 +725,7 @@ func (w *worker) drive(lastProgress *time.Time) int {
 		}
 		if d.cfg.Progress != nil && time.Since(*lastProgress) >= d.cfg.ProgressEvery {
 			*lastProgress = time.Now()
-			d.cfg.Progress(int(done), int(p.budget))
+			d.cfg.Progress(int(done), d.cfg.Budget)
 		}
 		return 0
 	}
@@ -724,7 +742,11 @@ func (w *worker) drive(lastProgress *time.Time) int {
 		root := newNode(req.state, ref{}, 0, true, w.rng)
 		root.epoch = epoch
 		at, _ := w.add(uint32(w.id), epoch, root)
-		p := &phase{epoch: epoch, budget: int64(d.cfg.Budget), inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply}
+		p := &phase{epoch: epoch, inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply}
+		p.budget.Store(int64(d.cfg.Budget))
+		if req.limit > 0 {
+			p.deadline = p.begun.Add(req.limit)
+		}
 		*lastProgress = time.Now()
 		d.phase.Store(p)
 		return 1

@@ -191,6 +191,7 @@ func TestConfigErrors(t *testing.T) {
 		func(c *mcts.Config) { c.C = -1 },
 		func(c *mcts.Config) { c.Mode = 7 },
 		func(c *mcts.Config) { c.InFlight = -2 },
+		func(c *mcts.Config) { c.MoveTime = -time.Second },
 	} {
 		c := mcts.DefaultConfig()
 		mod(&c)
@@ -285,4 +286,56 @@ func TestDistributed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMoveTime: a time limit ends a search whose budget it could never
+// finish, with the rollouts that came back (all of them accounted at the
+// root), sequential and distributed; the distributed search stays
+// consistent and the next phase runs its full budget.
+func TestMoveTime(t *testing.T) {
+	s := hexPosition(t, 5, nil, nil, 0)
+	check := func(t *testing.T, r mcts.Result, budget int) {
+		t.Helper()
+		sum := 0
+		for _, c := range r.Children {
+			sum += c.Visits
+		}
+		if r.Rollouts < 1 || r.Rollouts >= budget || sum != r.Rollouts {
+			t.Fatalf("%d rollouts (children's visits %d) of a budget of %d", r.Rollouts, sum, budget)
+		}
+	}
+	cfg := mcts.DefaultConfig()
+	cfg.Budget, cfg.MoveTime, cfg.Seed = 1<<30, 50*time.Millisecond, 3
+	t.Run("sequential", func(t *testing.T) {
+		r, err := mcts.Sequential(context.Background(), s, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, r, cfg.Budget)
+	})
+	t.Run("distributed", func(t *testing.T) {
+		// The budget (3000 rollouts of 16 playouts) takes far longer than
+		// 1 ms on any machine; the limit of each call ends the phase.
+		cfg.Budget, cfg.MoveTime = 3000, 0
+		distributedJob(t, 2, 1, cfg, func(d *mcts.Distributed) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			for i := 0; i < 3; i++ {
+				r, err := d.SearchTime(ctx, s, time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(t, r, cfg.Budget)
+				mcts.Audit(d, t)
+			}
+			r, err := d.Search(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Rollouts != cfg.Budget {
+				t.Fatalf("a phase without a limit after timed ones: %d rollouts, want %d", r.Rollouts, cfg.Budget)
+			}
+			mcts.Audit(d, t)
+		})
+	})
 }

@@ -10,7 +10,8 @@ import (
 // Sequential searches from root on the calling goroutine, with the policy of
 // the distributed search and no fabric at all: the baseline of the scaling
 // figure. It returns the most visited child of the root after cfg.Budget
-// rollouts, each evaluated by cfg.Playouts playouts.
+// rollouts (fewer if cfg.MoveTime runs out first), each evaluated by
+// cfg.Playouts playouts.
 func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return Result{}, err
@@ -31,10 +32,18 @@ func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 		slot int
 	}
 	var path []step
-	for r := 0; r < cfg.Budget; r++ {
-		if r%1024 == 0 {
+	var deadline time.Time
+	if cfg.MoveTime > 0 {
+		deadline = start.Add(cfg.MoveTime)
+	}
+	done := 0
+	for ; done < cfg.Budget; done++ {
+		if done%64 == 0 {
 			if err := ctx.Err(); err != nil {
 				return Result{}, err
+			}
+			if done > 0 && !deadline.IsZero() && time.Now().After(deadline) {
+				break
 			}
 		}
 		path = path[:0]
@@ -66,7 +75,7 @@ func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 			wins = playouts - wins
 		}
 	}
-	res := arena[0].result(cfg.Budget, cfg.Playouts)
+	res := arena[0].result(done, cfg.Playouts)
 	res.Elapsed = time.Since(start)
 	return res, nil
 }
