@@ -6,12 +6,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestHTPSession runs a scripted session through every command and the
 // error cases, checking each reply's format.
 func TestHTPSession(t *testing.T) {
-	e := &HTP{Name: "seriema", Version: "1.0", GenMove: func(ctx context.Context, b Board) (Cell, error) {
+	e := &HTP{Name: "seriema", Version: "1.0", GenMove: func(ctx context.Context, b Board, _ time.Duration) (Cell, error) {
 		moves := b.Moves(nil)
 		if len(moves) == 0 {
 			return 0, errors.New("no moves")
@@ -47,6 +48,12 @@ func TestHTPSession(t *testing.T) {
 		{"quit", "= "},
 		{"name", ""}, // after quit: no reply
 	}
+	runScript(t, e, script)
+}
+
+// runScript plays a session of commands and checks each reply.
+func runScript(t *testing.T, e *HTP, script []struct{ cmd, reply string }) {
+	t.Helper()
 	var in strings.Builder
 	for _, s := range script {
 		in.WriteString(s.cmd + "\n")
@@ -69,5 +76,71 @@ func TestHTPSession(t *testing.T) {
 		if got := replies[i]; got != s.reply {
 			t.Errorf("%q: reply %q, want %q", s.cmd, got, s.reply)
 		}
+	}
+}
+
+// TestHTPClock: a HexGui-like dialogue with time controls, undo and the
+// final score. genmove gets the time limit the clock commands give (main
+// time spread over the moves left, a byo-yomi period's share, -time's
+// fixed limit), the engine's time is taken off its clock, and undo takes
+// back plays and generated moves alike.
+func TestHTPClock(t *testing.T) {
+	now := time.Unix(0, 0)
+	var limits []time.Duration
+	e := &HTP{Name: "seriema", Version: "1.0",
+		Now: func() time.Time { return now },
+		GenMove: func(ctx context.Context, b Board, limit time.Duration) (Cell, error) {
+			limits = append(limits, limit)
+			now = now.Add(2 * time.Second) // the search takes 2 s
+			return b.Moves(nil)[0], nil
+		}}
+	script := []struct{ cmd, reply string }{
+		{"boardsize 5", "= "},
+		{"known_command time_left", "= true"},
+		{"known_command frobnicate", "= false"},
+		{"hexgui-analyze_commands", "= " + htpAnalyze},
+		{"undo", "? cannot undo: no move played"},
+		{"final_score", "? the game is not over"},
+		{"time_left", "? no time control (time_settings)"},
+		{"genmove b", "= a1"}, // no clock: no limit
+		{"undo", "= "},
+		{"time_settings 60 0 0", "= "},
+		{"genmove b", "= a1"}, // 60 s over 12 moves, 90 %, less 50 ms
+		{"time_left b", "= 58"},
+		{"time_left", "= 60"}, // White to move, untouched
+		{"time_left w 10 5", "= "},
+		{"genmove w", "= b1"}, // byo-yomi: 10 s for 5 stones
+		{"time_left w", "= 8"},
+		{"time_settings 60 x 1", `? invalid time "x" (want whole seconds ≥ 0)`},
+		{"time_settings 1 2", "? time_settings takes 3 arguments (main time, byo-yomi time, byo-yomi stones), got 2"},
+		{"time_left w 10", "? time_left takes 0, 1 or 3 arguments, got 2"},
+		{"undo", "= "},
+		{"undo", "= "},
+		{"undo", "? cannot undo: no move played"},
+		{"play b a1", "= "},
+		{"play b a2", "= "},
+		{"play b a3", "= "},
+		{"play b a4", "= "},
+		{"play b a5", "= "},
+		{"final_score", "= B+"},
+		{"undo", "= "},
+		{"final_score", "? the game is not over"},
+		{"quit", "= "},
+	}
+	runScript(t, e, script)
+	want := []time.Duration{0, 60*time.Second/12*9/10 - moveMargin, 10*time.Second/5*9/10 - moveMargin}
+	if len(limits) != len(want) {
+		t.Fatalf("genmove limits %v, want %v", limits, want)
+	}
+	for i := range want {
+		if limits[i] != want[i] {
+			t.Errorf("genmove %d: limit %v, want %v", i, limits[i], want[i])
+		}
+	}
+	// -time overrides the clock.
+	e.MoveTime, limits = 3*time.Second, nil
+	runScript(t, e, []struct{ cmd, reply string }{{"time_settings 600 0 0", "= "}, {"genmove b", "= a1"}})
+	if len(limits) != 1 || limits[0] != 3*time.Second {
+		t.Fatalf("with MoveTime 3 s: limits %v", limits)
 	}
 }

@@ -63,6 +63,7 @@ type demoOpts struct {
 	seed                                           uint64
 	seq, noShortcut, asJSON, quiet                 bool
 	cpuProfile                                     string
+	moveTime                                       time.Duration
 }
 
 func (o demoOpts) config() string {
@@ -80,6 +81,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.StringVar(&o.game, "game", "hex", "the game: hex, or nim (the search's second game, solved exactly)")
 	fs.StringVar(&o.heaps, "heaps", "3,4,5", "the heaps of nim")
 	fs.IntVar(&o.visits, "visits", demoDefaultVisits, "rollouts (visits) per move")
+	fs.DurationVar(&o.moveTime, "time", 0, "time limit per move (0: -visits alone); a move ends at whichever comes first")
 	fs.IntVar(&o.playouts, "playouts", 16, "random playouts per evaluated leaf")
 	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
 	fs.StringVar(&o.transport, "transport", "", "\"\" (automatic per pair: shm where shared memory is provably reachable, else tcp), shm, tcp or ofi (builds with -tags ofi)")
@@ -94,6 +96,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 func (o demoOpts) searchConfig() (mcts.Config, error) {
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Playouts, cfg.C, cfg.Seed, cfg.NoShortcut, cfg.InFlight = o.visits, o.playouts, o.c, o.seed, o.noShortcut, o.inFlight
+	cfg.MoveTime = o.moveTime
 	if o.chunk != 0 {
 		cfg.Messaging = riutils.DefaultConfig()
 		cfg.Messaging.ChunkSize = o.chunk
@@ -124,8 +127,9 @@ func (o demoOpts) searchConfig() (mcts.Config, error) {
 	return cfg, cfg.VerifyConfig()
 }
 
-// searchFunc searches one move.
-type searchFunc func(ctx context.Context, s mcts.State) (mcts.Result, error)
+// searchFunc searches one move, within limit when positive (else the
+// configured -time, if any).
+type searchFunc func(ctx context.Context, s mcts.State, limit time.Duration) (mcts.Result, error)
 
 // engine is the configured search: sequential, or a distributed job whose
 // ranks other than 0 serve until rank 0 closes it. close returns the work
@@ -149,8 +153,12 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 	if o.seq {
 		e := &engine{rank0: true}
 		var work ThreadWork
-		e.search = func(ctx context.Context, s mcts.State) (mcts.Result, error) {
-			r, err := mcts.Sequential(ctx, s, cfg)
+		e.search = func(ctx context.Context, s mcts.State, limit time.Duration) (mcts.Result, error) {
+			c := cfg
+			if limit > 0 {
+				c.MoveTime = limit
+			}
+			r, err := mcts.Sequential(ctx, s, c)
 			work.Playouts += uint64(r.Simulations)
 			work.Rollouts += uint64(r.Rollouts)
 			work.Leaves += uint64(r.Rollouts)
@@ -170,7 +178,13 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{search: d.Search, rank0: d.Rank() == 0, transport: d.Fabric().Transports()}
+	search := func(ctx context.Context, s mcts.State, limit time.Duration) (mcts.Result, error) {
+		if limit > 0 {
+			return d.SearchTime(ctx, s, limit)
+		}
+		return d.Search(ctx, s)
+	}
+	e := &engine{search: search, rank0: d.Rank() == 0, transport: d.Fabric().Transports()}
 	e.close = func() ([]ThreadWork, error) {
 		if d.Rank() != 0 {
 			err := d.Serve(context.Background())
@@ -284,7 +298,7 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		if state.Winner() >= 0 {
 			break
 		}
-		r, err := e.search(context.Background(), state)
+		r, err := e.search(context.Background(), state, 0)
 		if tty {
 			fmt.Fprint(stderr, "\r\033[K")
 		}

@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/seriema-go/seriema/hex"
 	"github.com/seriema-go/seriema/mcts/hexgame"
 )
 
 // htp serves the Hex Text Protocol on stdin/stdout; genmove runs the
-// configured search (sequential with -seq, else distributed).
+// configured search (sequential with -seq, else distributed) for -visits
+// rollouts or the time the clock commands (time_settings, time_left) or
+// -time allow, whichever ends first.
 func htp(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("htp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -33,8 +36,8 @@ func htp(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	engine := &hex.HTP{Name: "seriema-mcts", Version: "1.0", GenMove: func(ctx context.Context, b hex.Board) (hex.Cell, error) {
-		r, err := e.search(ctx, &hexgame.State{Board: b})
+	engine := &hex.HTP{Name: "seriema-mcts", Version: "1.0", MoveTime: o.moveTime, GenMove: func(ctx context.Context, b hex.Board, limit time.Duration) (hex.Cell, error) {
+		r, err := e.search(ctx, &hexgame.State{Board: b}, limit)
 		if err != nil {
 			return 0, err
 		}

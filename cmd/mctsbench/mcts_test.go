@@ -134,6 +134,34 @@ func TestHTPCommand(t *testing.T) {
 	}
 }
 
+// TestHTPTimeControl: with a visit budget no search could finish, genmove
+// still answers, and right, once the clock of time_settings (or -time)
+// runs out, sequential and distributed, and undo takes the move back.
+func TestHTPTimeControl(t *testing.T) {
+	for _, c := range [][]string{{"-seq"}, {"-procs", "2"}, {"-procs", "2", "-time", "100ms"}} {
+		t.Run(strings.Join(c, ""), func(t *testing.T) {
+			args := append([]string{"htp", "-visits", "2000000000", "-seed", "3"}, c...)
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			in := "boardsize 4\nplay b a1\nplay w d1\nplay b a2\nplay w d2\nplay b a3\nplay w d3\n" +
+				"time_settings 2 0 0\ngenmove b\nfinal_score\nundo\nfinal_score\nquit\n"
+			var out, errb bytes.Buffer
+			if code := run(args, strings.NewReader(in), &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			replies := strings.Split(out.String(), "\n\n")
+			want := []string{"= ", "= ", "= ", "= ", "= ", "= ", "= ", "= ", "= a4", "= B+", "= ", "? the game is not over"}
+			if len(replies) < len(want) {
+				t.Fatalf("replies %q", replies)
+			}
+			for i, w := range want {
+				if replies[i] != w {
+					t.Errorf("reply %d: %q, want %q", i, replies[i], w)
+				}
+			}
+		})
+	}
+}
+
 // TestScaleSmoke runs the scaling figure with tiny runs and checks the JSON
 // and the PNG.
 func TestScaleSmoke(t *testing.T) {
