@@ -46,4 +46,19 @@
 //
 //	e := &hex.HTP{Name: "seriema", Version: "1", GenMove: search}
 //	e.Serve(ctx, os.Stdin, os.Stdout)
+//
+// Besides the board commands it keeps a clock for the GUI: time_settings
+// (main time, byo-yomi time and stones, GTP's) and time_left set it, and
+// genmove passes GenMove the time the move may take (the colour's time
+// spread over half the empty cells, or over a byo-yomi period's stones;
+// 90 % of it, less 50 ms), or HTP.MoveTime when set. undo takes back the
+// last play or genmove, final_score answers B+ or W+ once the game is won,
+// and hexgui-analyze_commands gives HexGui's analyze menu a few entries.
+//
+// # Solver
+//
+// Solver decides small positions exactly (negamax over win/loss with a
+// transposition table, and Hex's exact rules for connecting and blocking
+// cells): the oracle the search's strength is tested against
+// (mcts/hexgame's TestOracle).
 package hex

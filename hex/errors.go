@@ -16,4 +16,6 @@ var (
 	ErrGameOver = errors.New("hex: the game is over")
 	// ErrBadFormat: a board encoding that does not decode (see wire.go).
 	ErrBadFormat = errors.New("hex: malformed board encoding")
+	// ErrTooHard: the solver gave up at its node limit.
+	ErrTooHard = errors.New("hex: position too large to solve within the node limit")
 )
