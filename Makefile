@@ -42,6 +42,7 @@ test: setup lint $(BIN)/mctsbench
 	$(GO) test $(TESTFLAGS) ./...
 	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" sh scripts/test-ofi.sh
 	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
+	$(GO) test -count=1 -run 'TestOracle' ./mcts/hexgame
 	SERIEMA_FULL=1 $(GO) test -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
 	$(BIN)/mctsbench soak -procs 3 -threads 2 -duration 30s
 	@sh scripts/test-peers.sh

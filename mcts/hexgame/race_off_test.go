@@ -1,0 +1,5 @@
+//go:build !race
+
+package hexgame_test
+
+const raceEnabled = false
