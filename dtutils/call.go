@@ -3,9 +3,12 @@ package dtutils
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Operator runs one call (OpCall) at the target: req is the request, reply
@@ -137,6 +140,39 @@ const (
 func (s callSlot) state() *atomic.Uint32  { return (*atomic.Uint32)(unsafe.Pointer(&s.hdr[0])) }
 func (s callSlot) waiter() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&s.hdr[4])) }
 
+// pid is the caller's OS process id: a slot answered for a process that
+// no longer exists is nobody's, and the engine takes it back.
+func (s callSlot) pid() *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&s.hdr[28])) }
+
+// reclaim returns to the free ring the answered slots whose caller's
+// process has exited (it died between posting and collecting the answer),
+// so that dead callers cannot use up the queue of incoming calls. The
+// engine runs it when idle; it returns how many it took back.
+func (c *callArea) reclaim(alive func(pid int) bool) int {
+	n := 0
+	var e [callEntry]byte
+	for i := 0; i < c.slots; i++ {
+		s := c.slot(uint32(i))
+		pid := s.pid().Load()
+		if s.state().Load() != slotDone || pid == 0 || alive(int(pid)) {
+			continue
+		}
+		if s.state().CompareAndSwap(slotDone, slotFree) {
+			binary.LittleEndian.PutUint32(e[:], uint32(i))
+			c.free.enqueue(e[:])
+			n++
+		}
+	}
+	return n
+}
+
+// processAlive reports whether pid names a process (signal 0 checks
+// without sending; EPERM means it exists under another user).
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}
+
 // callEngine serves the calls shm peers queue in the call area, one at a
 // time, until the process closes. It polls while calls keep coming and
 // sleeps on the posted ring's doorbell otherwise.
@@ -147,6 +183,7 @@ func (p *Process) callEngine() {
 	scratch := make([]byte, c.bytes)
 	var e [callEntry]byte
 	var b Backoff
+	lastReclaim := time.Now()
 	for !p.closing.Load() {
 		if !c.posted.dequeue(e[:]) {
 			if !b.Sleepy() {
@@ -154,6 +191,10 @@ func (p *Process) callEngine() {
 				continue
 			}
 			c.posted.sleep(50*time.Millisecond, func() bool { return !c.posted.empty() || p.closing.Load() })
+			if time.Since(lastReclaim) >= 50*time.Millisecond {
+				c.reclaim(processAlive)
+				lastReclaim = time.Now()
+			}
 			continue
 		}
 		b.Reset()
@@ -217,6 +258,7 @@ func shmCall(c *callArea, src uint32, req, reply []byte, gone func() bool) (Stat
 	binary.LittleEndian.PutUint32(s.hdr[12:], uint32(len(req)))
 	binary.LittleEndian.PutUint32(s.hdr[16:], uint32(len(reply)))
 	s.waiter().Store(0)
+	s.pid().Store(uint32(os.Getpid()))
 	copy(s.data, req)
 	s.state().Store(slotPosted)
 	// Cannot fail: the ring holds as many entries as there are slots.

@@ -3,7 +3,9 @@ package dtutils
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -253,4 +255,57 @@ func FuzzCallArea(f *testing.F) {
 			t.Fatalf("call area of %d slots ends at %d past %d bytes", c.slots, end, len(mem))
 		}
 	})
+}
+
+// TestCallReclaimsDeadCallers: calls posted over shm by a process that
+// exited before collecting the answers hold call slots; the target's
+// engine takes them back when idle, so dead callers cannot leave the queue
+// of incoming calls full (every later call refused with StatusBusy).
+func TestCallReclaimsDeadCallers(t *testing.T) {
+	a, b := connectPair(t, transportByName(t, "shm").make, func(c *ProcessConfig) { c.CallSlots = 4 })
+	if err := b.proc.SetOperator(func(src uint32, req, reply []byte) int { return copy(reply, req) }); err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	area := a.qp.(*shmQP).shm.Load().calls
+	// Four callers of the dead process post a call each and never return.
+	var e [callEntry]byte
+	for i := 0; i < 4; i++ {
+		if !area.free.dequeue(e[:]) {
+			t.Fatalf("call slot %d: free ring empty", i)
+		}
+		s := area.slot(binary.LittleEndian.Uint32(e[:]))
+		binary.LittleEndian.PutUint32(s.hdr[8:], 0)
+		binary.LittleEndian.PutUint32(s.hdr[12:], 8)
+		binary.LittleEndian.PutUint32(s.hdr[16:], 8)
+		s.pid().Store(uint32(dead.Process.Pid))
+		s.state().Store(slotPosted)
+		area.posted.enqueue(e[:])
+	}
+	req, reply := a.mem(t, 0, 8), a.mem(t, 64, 8)
+	c := post(t, a.qp, WorkRequest{Op: OpCall, Signaled: true, Local: req, Result: reply})
+	if c.Status != StatusBusy {
+		t.Fatalf("a call with every slot held by dead callers: %v, want StatusBusy", c.Status)
+	}
+	end := time.Now().Add(10 * time.Second)
+	for {
+		c = post(t, a.qp, WorkRequest{Op: OpCall, Signaled: true, Local: req, Result: reply})
+		if c.Status == StatusSuccess {
+			break
+		}
+		if c.Status != StatusBusy || time.Now().After(end) {
+			t.Fatalf("a call after the callers died: %v (the engine never took their slots back)", c.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// All four came back.
+	for i := 0; i < 4; i++ {
+		if !area.free.dequeue(e[:]) {
+			t.Fatalf("only %d of 4 slots back in the free ring", i)
+		}
+		defer area.free.enqueue(append([]byte(nil), e[:]...))
+	}
 }

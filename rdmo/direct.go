@@ -2,6 +2,7 @@ package rdmo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -155,12 +156,18 @@ func (c *Client) mapping(ctx context.Context, cap Capability) *mapped {
 		return engineOnly
 	}
 	mem, err := dtutils.MapRemote(cn.qp, d.inst)
-	if err != nil {
-		return engineOnly
+	var vw dtutils.RemoteMemory
+	if err == nil {
+		vw, err = dtutils.MapRemote(cn.qp, d.valid)
 	}
-	vw, err := dtutils.MapRemote(cn.qp, d.valid)
-	if err != nil || uintptr(unsafe.Pointer(&vw.Bytes()[0]))%8 != 0 {
-		return engineOnly
+	if err == nil && uintptr(unsafe.Pointer(&vw.Bytes()[0]))%8 != 0 {
+		err = dtutils.ErrRemoteAccess
+	}
+	if err != nil {
+		if errors.Is(err, dtutils.ErrRemoteAccess) {
+			c.direct.Store(cap, engineOnly) // the target refused the mapping: do not ask again
+		}
+		return engineOnly // a lost target: the engine path reports it
 	}
 	m := &mapped{typ: t, mem: mem, valid: (*atomic.Uint64)(unsafe.Pointer(&vw.Bytes()[0])), id: cap.ID}
 	m, _ = c.direct.LoadOrStore(cap, m)
