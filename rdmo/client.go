@@ -41,8 +41,7 @@ type Client struct {
 	resMu   sync.Mutex
 	results []Result
 
-	typeMu  sync.Mutex
-	types   map[string]*Type // direct mode's types (Register)
+	types   typeSet // direct mode's types (Register)
 	direct  *xsync.MapOf[Capability, *mapped]
 	nEngine atomic.Uint64
 	nDirect atomic.Uint64
@@ -85,8 +84,7 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		return nil, err
 	}
 	cfg = cfg.withDefaults(pc)
-	c := &Client{proc: proc, cfg: cfg, conns: make(map[uint32]*conn), free: make(chan int32, cfg.MaxInflight),
-		types: make(map[string]*Type), direct: xsync.NewMapOf[Capability, *mapped]()}
+	c := &Client{proc: proc, cfg: cfg, conns: make(map[uint32]*conn), free: make(chan int32, cfg.MaxInflight), direct: xsync.NewMapOf[Capability, *mapped]()}
 	for _, qp := range qps {
 		r := qp.PeerRank()
 		if _, dup := c.conns[r]; dup {

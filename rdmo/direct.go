@@ -109,23 +109,7 @@ var engineOnly = &mapped{}
 // methods, same bodies); the client checks the name and method count it
 // describes.
 func (c *Client) Register(t Type) error {
-	if err := t.verify(maxEngineCost, c.cfg.CallBytes); err != nil {
-		return err
-	}
-	c.typeMu.Lock()
-	defer c.typeMu.Unlock()
-	if _, dup := c.types[t.Name]; dup {
-		return fmt.Errorf("%w: type %q already registered", ErrBadType, t.Name)
-	}
-	t.Methods = append([]Method(nil), t.Methods...)
-	c.types[t.Name] = &t
-	return nil
-}
-
-func (c *Client) typeNamed(name string) *Type {
-	c.typeMu.Lock()
-	defer c.typeMu.Unlock()
-	return c.types[name]
+	return c.types.add(t, maxEngineCost, c.cfg.CallBytes)
 }
 
 // mapping returns cap's direct mapping, describing and mapping the
@@ -150,7 +134,7 @@ func (c *Client) mapping(ctx context.Context, cap Capability) *mapped {
 		return engineOnly // a bad capability or a lost target: the engine path reports it
 	}
 	d, err := parseDescribe(o)
-	t := c.typeNamed(d.typeName)
+	t := c.types.get(d.typeName)
 	if err != nil || t == nil || len(t.Methods) != d.methods || d.inst.Length < uint64(t.MinSize) {
 		c.direct.Store(cap, engineOnly) // a type this client does not know
 		return engineOnly

@@ -108,8 +108,8 @@ type instance struct {
 type Engine struct {
 	proc   *dtutils.Process
 	cfg    EngineConfig
-	mu     sync.Mutex // registration and creation
-	types  map[string]*Type
+	mu     sync.Mutex // creation, revocation words
+	types  typeSet
 	inst   *xsync.MapOf[uint64, *instance]
 	nextID uint64
 	closed atomic.Bool
@@ -121,7 +121,7 @@ func NewEngine(proc *dtutils.Process, cfg EngineConfig) (*Engine, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return nil, err
 	}
-	e := &Engine{proc: proc, cfg: cfg.withDefaults(), types: make(map[string]*Type), inst: xsync.NewMapOf[uint64, *instance]()}
+	e := &Engine{proc: proc, cfg: cfg.withDefaults(), inst: xsync.NewMapOf[uint64, *instance]()}
 	var b [8]byte
 	rand.Read(b[:])
 	e.nextID = binary.LittleEndian.Uint64(b[:]) >> 16 // ids are not secret; distinct per engine helps debugging
@@ -136,17 +136,38 @@ func NewEngine(proc *dtutils.Process, cfg EngineConfig) (*Engine, error) {
 // CallBytes less the record headers) or it has no body.
 func (e *Engine) Register(t Type) error {
 	// NewProcess filled in CallBytes' default.
-	if err := t.verify(e.cfg.MaxCost, e.proc.Config().CallBytes); err != nil {
+	return e.types.add(t, e.cfg.MaxCost, e.proc.Config().CallBytes)
+}
+
+// typeSet holds types by name: an engine's, a direct client's.
+type typeSet struct {
+	mu sync.Mutex
+	m  map[string]*Type
+}
+
+// add registers a copy of t after checking its bounds (Type.verify).
+func (s *typeSet) add(t Type, maxCost, room int) error {
+	if err := t.verify(maxCost, room); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, dup := e.types[t.Name]; dup {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.m[t.Name]; dup {
 		return fmt.Errorf("%w: type %q already registered", ErrBadType, t.Name)
 	}
+	if s.m == nil {
+		s.m = make(map[string]*Type)
+	}
 	t.Methods = append([]Method(nil), t.Methods...)
-	e.types[t.Name] = &t
+	s.m[t.Name] = &t
 	return nil
+}
+
+// get returns the type named name, nil if none.
+func (s *typeSet) get(name string) *Type {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[name]
 }
 
 // Create makes an instance of a registered type over mem (registered
@@ -158,8 +179,8 @@ func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.types[typeName]
-	if !ok {
+	t := e.types.get(typeName)
+	if t == nil {
 		return Capability{}, fmt.Errorf("%w: type %q not registered", ErrBadType, typeName)
 	}
 	r := mem.Region()
