@@ -128,6 +128,12 @@ func (c *Client) MaxInput() int { return c.cfg.CallBytes - requestHeader }
 // Do runs method on the instance cap names and waits for its reply: the
 // completion code, the output (a copy) and an error (nil for OK and the
 // method's own codes; see Result.Err).
+//
+// ctx bounds the wait for room (MaxInflight) and for the reply over tcp
+// and ofi. Over shm the request is answered inside the post itself: the
+// wait is bounded by the method's declared cost at the target and ends
+// with ErrTargetLost if the target dies, but ctx cannot cut it short (a
+// stopped, not dead, target holds the caller).
 func (c *Client) Do(ctx context.Context, cap Capability, method uint16, in []byte) (Code, []byte, error) {
 	return c.DoInto(ctx, cap, method, in, nil)
 }
