@@ -3,6 +3,7 @@ package dtutils
 import (
 	"encoding/binary"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -71,7 +72,8 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 	case OpSend, OpWriteImm:
 		rs := t.receiver()
 		var e [recvDescSize]byte
-		if !rs.srq.dequeue(e[:]) {
+		// A receive being posted right now counts as posted (dequeueSoon).
+		if !rs.srq.dequeueSoon(e[:], 10*time.Millisecond) {
 			return StatusReceiverNotReady, 0
 		}
 		d := getRecvDesc(e[:])

@@ -309,3 +309,40 @@ func TestCallReclaimsDeadCallers(t *testing.T) {
 		defer area.free.enqueue(append([]byte(nil), e[:]...))
 	}
 }
+
+// TestRingDequeueSoon: a ring whose next cell an enqueue has claimed but
+// not yet filled (its producer descheduled in between) is not empty:
+// dequeueSoon waits for the entry, where dequeue reports nothing. Callers
+// of the shm call area saw StatusBusy with most slots free before
+// (mctsbench rdmo, 4 initiators).
+func TestRingDequeueSoon(t *testing.T) {
+	mem := make([]byte, ringBytes(4, 8))
+	r, err := initRing(mem, 4, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e [8]byte
+	if r.dequeueSoon(e[:], time.Second) {
+		t.Fatal("an empty ring gave an entry")
+	}
+	// A producer claims cell 0 and stalls.
+	if !r.enqPos().CompareAndSwap(0, 1) {
+		t.Fatal("claiming cell 0")
+	}
+	r.enqueue([]byte{2, 0, 0, 0, 0, 0, 0, 0}) // a second producer fills cell 1
+	if r.dequeue(e[:]) {
+		t.Fatal("dequeue took an entry behind an unfilled cell")
+	}
+	go func() {
+		time.Sleep(2 * time.Millisecond)
+		off := r.cellAt(0) + 8
+		copy(r.mem[off:off+8], []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		r.seq(0).Store(1)
+	}()
+	if !r.dequeueSoon(e[:], 5*time.Second) || e[0] != 1 {
+		t.Fatalf("dequeueSoon: %v, want the stalled producer's entry 1", e)
+	}
+	if !r.dequeueSoon(e[:], time.Second) || e[0] != 2 {
+		t.Fatalf("then %v, want entry 2", e)
+	}
+}

@@ -132,6 +132,27 @@ func (r *ring) dequeue(e []byte) bool {
 	}
 }
 
+// dequeueSoon is dequeue that, when the ring is empty only because an
+// enqueue has claimed the next cell and not yet filled it (its producer
+// was descheduled in between: the algorithm's one blocking window), waits
+// up to d for it instead of reporting the ring empty.
+func (r *ring) dequeueSoon(e []byte, d time.Duration) bool {
+	if r.dequeue(e) {
+		return true
+	}
+	var b Backoff
+	for end := time.Now().Add(d); int64(r.enqPos().Load()-r.deqPos().Load()) > 0; {
+		if r.dequeue(e) {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		b.Wait()
+	}
+	return r.dequeue(e)
+}
+
 // sleep blocks until an enqueue rings the doorbell, or d passes. The caller
 // re-polls afterwards; announcing before re-checking avoids a lost wake-up.
 func (r *ring) sleep(d time.Duration, ready func() bool) {
