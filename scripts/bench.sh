@@ -1,7 +1,9 @@
 #!/bin/sh
 # make bench: every benchmark in one go, then rewrites the generated part of
 # docs/benchmarks.md and the charts in docs/img. Raw results stay in $OUT
-# (ignored by git).
+# (ignored by git). Each result file is written, then shown: a pipe into
+# tee would hide a benchmark's failure (sh has no pipefail), and a failed
+# benchmark must fail make bench rather than leave its table out.
 set -eu
 GO=${GO:-go}
 OUT=${OUT:-bench-results}
@@ -10,19 +12,24 @@ mkdir -p "$OUT" docs/img
 $GO build -o "$BIN/mctsbench" ./cmd/mctsbench
 (cd bench/peers && $GO build -o "../../$BIN/peers" .)
 echo "== go test -bench (every package)"
-$GO test -run '^$' -bench . -benchmem -count 3 ./... | tee "$OUT/gobench.txt"
+$GO test -run '^$' -bench . -benchmem -count 3 ./... > "$OUT/gobench.txt"
+cat "$OUT/gobench.txt"
 echo "== Table 2: micro, every mode"
-"$BIN/mctsbench" micro -mode limit,raw,send,write,trad,ovfl -sizes 8,64,256 -n 500000 -json | tee "$OUT/micro.json"
+"$BIN/mctsbench" micro -mode limit,raw,send,write,trad,ovfl -sizes 8,64,256 -n 500000 -json > "$OUT/micro.json"
+cat "$OUT/micro.json"
 echo "== Table 2 over tcp, beside a plain Go TCP frame stream (limit)"
-"$BIN/mctsbench" micro -mode limit,raw,write,trad,ovfl -transport tcp -sizes 8,64,256 -n 300000 -json | tee "$OUT/micro-tcp.json"
+"$BIN/mctsbench" micro -mode limit,raw,write,trad,ovfl -transport tcp -sizes 8,64,256 -n 300000 -json > "$OUT/micro-tcp.json"
+cat "$OUT/micro-tcp.json"
 echo "== Fig. 2: raw over sizes, shm and tcp"
 sizes=8,16,32,64,128,256,512,1024,2048,4096
 { "$BIN/mctsbench" micro -mode raw -sizes $sizes -n 500000 -json
-  "$BIN/mctsbench" micro -mode raw -sizes $sizes -n 200000 -transport tcp -json; } | tee "$OUT/fig2.json"
+  "$BIN/mctsbench" micro -mode raw -sizes $sizes -n 200000 -transport tcp -json; } > "$OUT/fig2.json"
+cat "$OUT/fig2.json"
 echo "== latency"
 { "$BIN/mctsbench" latency -size 8 -n 200000 -json
   "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp -json
-  "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp-plain -json; } | tee "$OUT/latency.json"
+  "$BIN/mctsbench" latency -size 8 -n 50000 -transport tcp-plain -json; } > "$OUT/latency.json"
+cat "$OUT/latency.json"
 if [ -f /usr/include/rdma/fabric.h ] && command -v "${CC:-gcc}" >/dev/null 2>&1; then
 	echo "== libfabric (ofi, tcp and shm providers) beside our tcp and shm, one after the other"
 	$GO build -tags ofi -o "$BIN/mctsbench-ofi" ./cmd/mctsbench
@@ -34,21 +41,28 @@ if [ -f /usr/include/rdma/fabric.h ] && command -v "${CC:-gcc}" >/dev/null 2>&1;
 		FI_PROVIDER=$tr "$BIN/mctsbench-ofi" micro $m -transport ofi
 		"$BIN/mctsbench-ofi" latency -size 8 -n 50000 -transport $tr -json
 		FI_PROVIDER=$tr "$BIN/mctsbench-ofi" latency -size 8 -n 50000 -transport ofi -json
-	done; } | tee "$OUT/ofi.json"
+	done; } > "$OUT/ofi.json"
+	cat "$OUT/ofi.json"
 else
-	echo "== libfabric (ofi): skipped, libfabric-dev or a C compiler is missing" | tee "$OUT/ofi.json"
+	echo "== libfabric (ofi): skipped, libfabric-dev or a C compiler is missing" > "$OUT/ofi.json"
+	cat "$OUT/ofi.json"
 fi
 echo "== Go peers (net/rpc, gRPC) over a unix socket, over TCP and over rconn"
 { "$BIN/peers" -json
   "$BIN/peers" -net tcp -mode grpc-unary,netrpc-unary -json
-  "$BIN/peers" -net conn -json; } | tee "$OUT/peers.json"
+  "$BIN/peers" -net conn -json; } > "$OUT/peers.json"
+cat "$OUT/peers.json"
 echo "== sockets over the transport: rconn, a unix socket, TCP loopback"
-"$BIN/mctsbench" conn -json | tee "$OUT/conn.json"
+"$BIN/mctsbench" conn -json > "$OUT/conn.json"
+cat "$OUT/conn.json"
 echo "== RDMOs against their one-sided sequences (shm, tcp; ofi-tcp when built)"
 { "$BIN/mctsbench" rdmo -json
-  if [ -x "$BIN/mctsbench-ofi" ]; then FI_PROVIDER=tcp "$BIN/mctsbench-ofi" rdmo -transports ofi -json; fi; } | tee "$OUT/rdmo.json"
+  if [ -x "$BIN/mctsbench-ofi" ]; then FI_PROVIDER=tcp "$BIN/mctsbench-ofi" rdmo -transports ofi -json; fi; } > "$OUT/rdmo.json"
+cat "$OUT/rdmo.json"
 echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups"
-"$BIN/mctsbench" idle -duration 10s -json | tee "$OUT/idle.json"
+"$BIN/mctsbench" idle -duration 10s -json > "$OUT/idle.json"
+cat "$OUT/idle.json"
 echo "== Fig. 3: MCTS scaling"
-"$BIN/mctsbench" scale -json -png docs/img/scale.png | tee "$OUT/scale.json"
+"$BIN/mctsbench" scale -json -png docs/img/scale.png > "$OUT/scale.json"
+cat "$OUT/scale.json"
 "$BIN/mctsbench" report -dir "$OUT" -doc docs/benchmarks.md -img docs/img -command "make bench"
