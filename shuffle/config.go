@@ -1,0 +1,84 @@
+package shuffle
+
+import "fmt"
+
+// Design is how an endpoint moves a buffer (seed 004, §5).
+type Design uint8
+
+const (
+	// WR: the sender writes the buffer into a slot of the receiver's ring
+	// with one-sided writes, then its header; the receiver polls the
+	// headers (sealed-buffer polling) and hands the slot back by writing
+	// its count of consumed buffers into the sender's memory (the credit).
+	WR Design = iota + 1
+	// RD: the sender writes only a descriptor (where the buffer lies in
+	// its memory) into the receiver's ring; the receiver pulls the buffer
+	// with a one-sided read, then returns the credit as WR does.
+	RD
+)
+
+func (d Design) String() string {
+	switch d {
+	case WR:
+		return "wr"
+	case RD:
+		return "rd"
+	}
+	return fmt.Sprintf("Design(%d)", uint8(d))
+}
+
+// ParseDesign parses "wr" or "rd".
+func ParseDesign(s string) (Design, error) {
+	switch s {
+	case "wr":
+		return WR, nil
+	case "rd":
+		return RD, nil
+	}
+	return 0, fmt.Errorf("%w: design %q (want wr or rd)", ErrBadConfig, s)
+}
+
+// Config configures an endpoint. Zero fields mean their defaults. Both
+// ends of a connection must use the same Design, BufferBytes and Depth.
+type Config struct {
+	// Design is the transfer protocol. Default WR.
+	Design Design
+	// BufferBytes is the size of a transmission buffer: the batching
+	// threshold, a buffer is sent when the next record does not fit.
+	// Default 16 KiB (seed 000's best); at least 64, at most 16 MiB.
+	BufferBytes int
+	// Depth is the number of buffers in flight per connection (sent, not
+	// yet released by the receiver); a sender with none left blocks in
+	// Acquire or PutData (back-pressure, no spill). Default 8; 1…4096.
+	Depth int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+func (c Config) withDefaults() Config {
+	if c.Design == 0 {
+		c.Design = WR
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = 16 << 10
+	}
+	if c.Depth == 0 {
+		c.Depth = 8
+	}
+	return c
+}
+
+// VerifyConfig checks c after defaults.
+func (c Config) VerifyConfig() error {
+	c = c.withDefaults()
+	switch {
+	case c.Design != WR && c.Design != RD:
+		return fmt.Errorf("%w: Design %d", ErrBadConfig, c.Design)
+	case c.BufferBytes < 64 || c.BufferBytes > 16<<20 || c.BufferBytes%8 != 0:
+		return fmt.Errorf("%w: BufferBytes %d (want 64…16 MiB, a multiple of 8)", ErrBadConfig, c.BufferBytes)
+	case c.Depth < 1 || c.Depth > 4096:
+		return fmt.Errorf("%w: Depth %d (want 1…4096)", ErrBadConfig, c.Depth)
+	}
+	return nil
+}

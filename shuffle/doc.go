@@ -1,0 +1,65 @@
+// Package shuffle moves tuples between the threads of a job the way
+// parallel databases do it (seed 004, "An RDMA-aware data shuffling
+// operator"; seed 000, asynchronous multi-stage shuffles): communication
+// endpoints, transmission groups, and the SHUFFLE and RECEIVE operators
+// over them, on dtutils queue pairs.
+//
+// # Endpoints (seed 004 §4.2)
+//
+// A Sender is a SEND endpoint: Acquire hands out a registered buffer of
+// Config.BufferBytes (the batching threshold), PutData transmits it to one
+// or more destinations and takes it back; Discard returns an unused one.
+// A Receiver is a RECEIVE endpoint: GetData returns the next filled buffer
+// of any source (In, with its source and whether it was that source's
+// Depleted one), Release hands it back. Both are safe for concurrent use,
+// so threads may share one endpoint (the single-endpoint configuration,
+// SE) or each have their own (multi-endpoint, ME).
+//
+// Wiring: every send endpoint is connected to every receive endpoint by a
+// pair of connected queue pairs (loop within a process, shm or tcp between
+// processes). The receiver's Offer(i) describes its ring for source i; the
+// sender's Attach(d, qp, offer) returns its own description, which the
+// receiver's Attach(i, qp, ...) takes. The descriptions are the only
+// thing to exchange out of band (docs/wire.md, "shuffle").
+//
+// # Designs (seed 004 §5)
+//
+//   - WR: the sender writes the buffer into the next slot of the
+//     receiver's ring for it with one-sided writes, then the slot's header
+//     (whose last word, the sequence number, lands last); the receiver
+//     polls the headers (sealed-buffer polling).
+//   - RD: the sender writes only a descriptor (the buffer's locator and
+//     the header) into the slot; the receiver pulls the data with a
+//     one-sided read.
+//
+// In both, flow control is the receiver's credit: when a buffer is
+// released (and every earlier one of its source), the receiver writes its
+// count of consumed buffers into a word of the sender's memory. A sender
+// keeps at most Config.Depth buffers in flight per connection: past that,
+// PutData and Acquire wait (back-pressure; nothing spills, nothing is
+// dropped). While waiting, both ends drive the transport's progress, back
+// off to sleeping, and probe the connections they wait on every 20 ms: a
+// peer that died makes them fail with ErrPeerLost instead of hanging.
+//
+// # Operators (seed 004 §4.3)
+//
+// Shuffle (one per sending thread, from Sender.NewShuffle) appends each
+// record to the output buffer of its transmission group and transmits a
+// buffer when the next record does not fit. Groups express the patterns:
+// Repartition(n) (group g is destination g; the caller's hash picks the
+// group), Broadcast(n) (one group of every destination), or any sets
+// (multicast). The endpoint's last Shuffle to Close (NewSender's users)
+// sends every destination a Depleted buffer and waits until everything is
+// consumed. Receive (one per receiving thread) returns records one at a
+// time until every source is depleted (io.EOF).
+//
+// Records in a buffer are a u32 length and the bytes, back to back.
+//
+// # Not built yet (issue 18)
+//
+// The send/receive design with inlined credits (SR), the adaptive buffer
+// management of seed 004 §6, several operators multiplexed on one
+// connection per pair of processes (seed 000's multi-stage), wiring
+// through dsfabric, cmd/shufflebench with its socket and MPI peers, and
+// the typed record helper.
+package shuffle

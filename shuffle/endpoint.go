@@ -1,0 +1,712 @@
+package shuffle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// probeEvery is how often a waiting endpoint checks that its peers live
+// (a Nop on each connection it waits on).
+const probeEvery = 20 * time.Millisecond
+
+// WRIDs of the operations an endpoint posts.
+const (
+	wridData = iota + 1
+	wridHeader
+	wridCredit
+	wridRead
+	wridProbe
+)
+
+// link is what both ends keep of a connection: the queue pair and the
+// completions polled from it.
+type link struct {
+	qp   dtutils.QueuePair
+	peer uint32
+	cq   [16]dtutils.Completion
+	err  error // the first failure: the connection is lost
+	// reads counts RD reads completed (the receiver waits for its own).
+	reads uint64
+	// credits counts credit writes completed.
+	credits uint64
+	probing bool
+}
+
+// drain polls the link's completions, recording failures.
+func (l *link) drain() {
+	for {
+		n := l.qp.CQ().Poll(l.cq[:])
+		for _, c := range l.cq[:n] {
+			if c.Status != dtutils.StatusSuccess {
+				if l.err == nil {
+					l.err = fmt.Errorf("%w: process %d: %v %w", ErrPeerLost, l.peer, c.Op, c.Err())
+				}
+				continue
+			}
+			switch c.WRID {
+			case wridRead:
+				l.reads++
+			case wridCredit:
+				l.credits++
+			case wridProbe:
+				l.probing = false
+			}
+		}
+		if n < len(l.cq) {
+			return
+		}
+	}
+}
+
+// post posts wr, recording a failure to post as the link's.
+func (l *link) post(wr dtutils.WorkRequest) error {
+	if l.err != nil {
+		return l.err
+	}
+	if err := l.qp.Post(wr); err != nil {
+		l.err = fmt.Errorf("%w: process %d: %w", ErrPeerLost, l.peer, err)
+	}
+	return l.err
+}
+
+// probe checks that the peer lives: a Nop whose failure drain records.
+func (l *link) probe() {
+	if l.err == nil && !l.probing {
+		l.probing = true
+		l.post(dtutils.WorkRequest{Op: dtutils.OpNop, WRID: wridProbe, Signaled: true})
+	}
+	l.drain()
+}
+
+// waiter is the loop of an endpoint waiting for its peers: it drives the
+// transport's progress, backs off to sleeping, and probes the links it
+// waits on every probeEvery.
+type waiter struct {
+	b         dtutils.Backoff
+	lastProbe time.Time
+}
+
+func (w *waiter) wait(ctx context.Context, proc *dtutils.Process, links func(func(*link))) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	proc.Progress()
+	if w.lastProbe.IsZero() {
+		w.lastProbe = time.Now()
+	} else if time.Since(w.lastProbe) >= probeEvery {
+		w.lastProbe = time.Now()
+		var err error
+		links(func(l *link) {
+			l.probe()
+			if err == nil {
+				err = l.err
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	w.b.Idle = proc.Idle
+	w.b.Wait()
+	return nil
+}
+
+// Sender is a SEND endpoint (seed 004, §4.2): it hands out registered
+// buffers (Acquire) and transmits each to one or more receivers (PutData);
+// a receiver's credit (its count of buffers consumed) bounds the buffers
+// in flight to it at Depth. Safe for concurrent use: threads may share one
+// (the single-endpoint configuration) or have one each (multi-endpoint).
+type Sender struct {
+	proc     *dtutils.Process
+	cfg      Config
+	region   *alloc.Region
+	mu       sync.Mutex
+	conns    []*sendConn
+	bufs     []alloc.Memory // transmission buffers
+	refs     []int          // per buffer: connections still holding it
+	free     []int
+	users    int  // operators not yet closed
+	unopened int  // operators not yet started
+	done     bool // Depleted sent
+	w        waiter
+}
+
+type sendConn struct {
+	link
+	ring     alloc.Locator  // the receiver's ring
+	credit   *atomic.Uint64 // written by the receiver
+	creditAt alloc.Locator
+	hdrs     alloc.Memory // Depth header (or RD descriptor) sources
+	sent     uint64
+	held     []held // buffers sent and not yet consumed, in order
+}
+
+type held struct {
+	seq uint64
+	buf int
+}
+
+// OutBuffer is a transmission buffer from Acquire: append records to Data
+// (AppendRecord), then hand it to PutData.
+type OutBuffer struct {
+	Data []byte // len: the bytes to send; cap: BufferBytes
+	idx  int
+}
+
+// NewSender makes a SEND endpoint of proc for dests connections (Attach
+// each), with Depth buffers per connection, shared by users SHUFFLE
+// operators (the threads of a single-endpoint configuration; 1 for a
+// thread's own endpoint): the last of them to close sends Depleted.
+func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if dests < 1 || dests > 1<<16 || users < 1 {
+		return nil, fmt.Errorf("%w: %d destinations (want 1…65536), %d users (want ≥ 1)", ErrBadConfig, dests, users)
+	}
+	nb := cfg.Depth*dests + 1
+	hdrBytes := 64 + cfg.Depth*rdSlotBytes // the credit word's line, then the header sources
+	r, err := proc.Registry().NewRegion(nb*cfg.BufferBytes+dests*hdrBytes, alloc.RegionConfig{Name: "shuffle-send"})
+	if err != nil {
+		return nil, fmt.Errorf("shuffle: send buffers: %w", err)
+	}
+	s := &Sender{proc: proc, cfg: cfg, region: r, users: users, unopened: users}
+	for i := 0; i < nb; i++ {
+		m, _ := r.Memory(i*cfg.BufferBytes, cfg.BufferBytes)
+		s.bufs = append(s.bufs, m)
+		s.refs = append(s.refs, 0)
+		s.free = append(s.free, i)
+	}
+	for d := 0; d < dests; d++ {
+		at := nb*cfg.BufferBytes + d*hdrBytes
+		c := &sendConn{credit: (*atomic.Uint64)(unsafe.Pointer(&r.Bytes()[at]))}
+		c.creditAt, _ = r.Locator(at, 8)
+		c.hdrs, _ = r.Memory(at+64, cfg.Depth*rdSlotBytes)
+		s.conns = append(s.conns, c)
+	}
+	return s, nil
+}
+
+// Attach wires destination d to a receiver: qp is connected to the
+// receiver's queue pair for this sender, offer is what the receiver's
+// Offer gave for it. It returns what the receiver's Attach needs.
+func (s *Sender) Attach(d int, qp dtutils.QueuePair, offer []byte) ([]byte, error) {
+	o, err := parseOffer(offer, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d < 0 || d >= len(s.conns) || s.conns[d].qp != nil {
+		return nil, fmt.Errorf("%w: destination %d of %d, or attached twice", ErrBadConfig, d, len(s.conns))
+	}
+	want := uint64(s.cfg.Depth * s.slotBytes())
+	if o.loc.Length != want || o.loc.Process != qp.PeerRank() {
+		return nil, fmt.Errorf("%w: ring of %d bytes in process %d, want %d bytes in %d", ErrBadOffer, o.loc.Length, o.loc.Process, want, qp.PeerRank())
+	}
+	c := s.conns[d]
+	c.qp, c.peer, c.ring = qp, qp.PeerRank(), o.loc
+	return offer2(s.cfg, c.creditAt), nil
+}
+
+func offer2(cfg Config, loc alloc.Locator) []byte {
+	return offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, loc: loc}.marshal()
+}
+
+func (s *Sender) slotBytes() int { return slotBytes(s.cfg) }
+
+func slotBytes(cfg Config) int {
+	if cfg.Design == RD {
+		return rdSlotBytes
+	}
+	return cfg.BufferBytes + 64
+}
+
+// Dests returns the number of destinations.
+func (s *Sender) Dests() int { return len(s.conns) }
+
+// Acquire returns a free transmission buffer, waiting (back-pressure) while
+// every buffer is in flight.
+func (s *Sender) Acquire(ctx context.Context) (*OutBuffer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var w waiter
+	for {
+		if s.done {
+			return nil, ErrClosed
+		}
+		s.retire()
+		if n := len(s.free); n > 0 {
+			i := s.free[n-1]
+			s.free = s.free[:n-1]
+			return &OutBuffer{Data: s.bufs[i].Bytes()[:0], idx: i}, nil
+		}
+		if err := s.waitLocked(ctx, &w, nil); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitLocked waits a round with mu released, probing the connections in
+// waitOn (all when nil).
+func (s *Sender) waitLocked(ctx context.Context, w *waiter, waitOn []*sendConn) error {
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	return w.wait(ctx, s.proc, func(f func(*link)) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range s.conns {
+			if c.qp != nil && (waitOn == nil || contains(waitOn, c)) {
+				f(&c.link)
+			}
+		}
+	})
+}
+
+func contains(cs []*sendConn, c *sendConn) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// retire frees the buffers every holder has consumed; mu is held.
+func (s *Sender) retire() {
+	for _, c := range s.conns {
+		if c.qp == nil {
+			continue
+		}
+		c.drain()
+		got := c.credit.Load()
+		k := 0
+		for ; k < len(c.held) && c.held[k].seq <= got; k++ {
+			b := c.held[k].buf
+			if s.refs[b]--; s.refs[b] == 0 {
+				s.free = append(s.free, b)
+			}
+		}
+		c.held = c.held[:copy(c.held, c.held[k:])]
+	}
+}
+
+// Discard gives back a buffer from Acquire that will not be sent.
+func (s *Sender) Discard(b *OutBuffer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refs[b.idx] == 0 {
+		s.free = append(s.free, b.idx)
+	}
+}
+
+// PutData transmits b to the destinations dests and takes b back (it must
+// not be used after). depleted marks it the last buffer of this endpoint
+// to them. It waits while a destination has Depth buffers unconsumed.
+func (s *Sender) PutData(ctx context.Context, b *OutBuffer, dests []int, depleted bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return ErrClosed
+	}
+	return s.putLocked(ctx, b, dests, depleted)
+}
+
+func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, depleted bool) error {
+	n := len(b.Data)
+	if n > s.cfg.BufferBytes {
+		return fmt.Errorf("%w: %d bytes in a %d-byte buffer", ErrTooLarge, n, s.cfg.BufferBytes)
+	}
+	var w waiter
+	s.refs[b.idx]++ // held by this call until every destination has it
+	defer func() {
+		if s.refs[b.idx]--; s.refs[b.idx] == 0 {
+			s.free = append(s.free, b.idx)
+		}
+	}()
+	for _, d := range dests {
+		if d < 0 || d >= len(s.conns) || s.conns[d].qp == nil {
+			return fmt.Errorf("%w: destination %d not attached", ErrBadConfig, d)
+		}
+		c := s.conns[d]
+		for c.sent-c.credit.Load() >= uint64(s.cfg.Depth) {
+			if c.err != nil {
+				return c.err
+			}
+			if err := s.waitLocked(ctx, &w, []*sendConn{c}); err != nil {
+				return err
+			}
+			s.retire()
+		}
+		if err := s.send(c, b, n, depleted); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send writes buffer b (n bytes) into c's next ring slot; mu is held.
+func (s *Sender) send(c *sendConn, b *OutBuffer, n int, depleted bool) error {
+	seq := c.sent + 1
+	slot := int((seq - 1) % uint64(s.cfg.Depth))
+	sb := s.slotBytes()
+	hdr, _ := c.hdrs.Slice(slot*rdSlotBytes, rdSlotBytes)
+	switch s.cfg.Design {
+	case WR:
+		if n > 0 {
+			src, _ := s.bufs[b.idx].Slice(0, n)
+			dst, _ := c.ring.Sub(uint64(slot*sb), uint64(n))
+			if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridData, Local: src, Remote: dst}); err != nil {
+				return err
+			}
+		}
+		putHeader(hdr.Bytes(), seq, n, depleted)
+		h, _ := hdr.Slice(0, slotHeader)
+		dst, _ := c.ring.Sub(uint64(slot*sb+s.cfg.BufferBytes), slotHeader)
+		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: h, Remote: dst}); err != nil {
+			return err
+		}
+	case RD:
+		loc := s.bufs[b.idx].Locator()
+		loc.AppendBinary(hdr.Bytes()[:0])
+		putHeader(hdr.Bytes()[rdHeaderAt:], seq, n, depleted)
+		d, _ := hdr.Slice(0, rdHeaderAt+slotHeader)
+		dst, _ := c.ring.Sub(uint64(slot*sb), rdHeaderAt+slotHeader)
+		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: d, Remote: dst}); err != nil {
+			return err
+		}
+	}
+	c.sent = seq
+	c.held = append(c.held, held{seq: seq, buf: b.idx})
+	s.refs[b.idx]++
+	return nil
+}
+
+// open starts one of the endpoint's users (a thread's SHUFFLE operator).
+func (s *Sender) open() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done || s.unopened == 0 {
+		return fmt.Errorf("%w: all %d users of the endpoint started", ErrClosed, s.users)
+	}
+	s.unopened--
+	return nil
+}
+
+// closeUser ends a user; the last one sends Depleted (an empty buffer) to
+// every destination and waits until all have consumed everything.
+func (s *Sender) closeUser(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users--; s.users > 0 || s.done {
+		return nil
+	}
+	return s.depleteLocked(ctx)
+}
+
+// Close sends Depleted to every destination, if no user has, and waits
+// until the receivers have consumed every buffer; then the memory is
+// released. The queue pairs stay open (they are the caller's).
+func (s *Sender) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if !s.done {
+		err = s.depleteLocked(ctx)
+	}
+	s.proc.Registry().Release(s.region)
+	return err
+}
+
+func (s *Sender) depleteLocked(ctx context.Context) error {
+	var w waiter
+	for s.retire(); len(s.free) == 0; s.retire() {
+		if err := s.waitLocked(ctx, &w, nil); err != nil {
+			return err
+		}
+	}
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	all := make([]int, len(s.conns))
+	for d := range all {
+		all[d] = d
+	}
+	if err := s.putLocked(ctx, &OutBuffer{Data: s.bufs[i].Bytes()[:0], idx: i}, all, true); err != nil {
+		return err
+	}
+	s.done = true
+	// Wait until everything sent is consumed: RD's receivers still read
+	// from these buffers, and the caller may release the memory next.
+	for {
+		s.retire()
+		pending := false
+		for _, c := range s.conns {
+			if c.err != nil {
+				return c.err
+			}
+			pending = pending || len(c.held) > 0
+		}
+		if !pending {
+			return nil
+		}
+		if err := s.waitLocked(ctx, &w, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// In is a received buffer (GetData): its data, the source connection, and
+// whether it is that source's last. Release it when done.
+type In struct {
+	Data     []byte
+	Src      int
+	Depleted bool
+	seq      uint64
+}
+
+// Receiver is a RECEIVE endpoint (seed 004, §4.2): it returns filled
+// buffers (GetData) from its sources and takes them back (Release),
+// returning the credit to their senders. Safe for concurrent use.
+type Receiver struct {
+	proc   *dtutils.Process
+	cfg    Config
+	region *alloc.Region
+	mu     sync.Mutex
+	srcs   []*recvSrc
+	rr     int
+	live   int // sources whose Depleted buffer has not come
+}
+
+type recvSrc struct {
+	link
+	ring     []byte
+	ringMem  alloc.Memory
+	credit   alloc.Locator // the sender's credit word
+	words    alloc.Memory  // creditRing local words for the credit writes
+	next     uint64        // the next sequence number expected
+	consumed uint64
+	released []bool
+	reads    alloc.Memory // RD: Depth buffers to read into
+	posted   uint64       // credit writes posted
+	ended    bool
+}
+
+// creditRing bounds the credit writes in flight per source.
+const creditRing = 64
+
+// NewReceiver makes a RECEIVE endpoint of proc for sources connections
+// (Attach each).
+func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if sources < 1 || sources > 1<<16 {
+		return nil, fmt.Errorf("%w: %d sources (want 1…65536)", ErrBadConfig, sources)
+	}
+	ring := cfg.Depth * slotBytes(cfg)
+	per := ring + 8*creditRing
+	if cfg.Design == RD {
+		per += cfg.Depth * cfg.BufferBytes
+	}
+	r, err := proc.Registry().NewRegion(sources*per, alloc.RegionConfig{Name: "shuffle-recv"})
+	if err != nil {
+		return nil, fmt.Errorf("shuffle: receive rings: %w", err)
+	}
+	rc := &Receiver{proc: proc, cfg: cfg, region: r, live: sources}
+	for i := 0; i < sources; i++ {
+		at := i * per
+		s := &recvSrc{next: 1, released: make([]bool, cfg.Depth)}
+		s.ringMem, _ = r.Memory(at, ring)
+		s.ring = s.ringMem.Bytes()
+		s.words, _ = r.Memory(at+ring, 8*creditRing)
+		if cfg.Design == RD {
+			s.reads, _ = r.Memory(at+ring+8*creditRing, cfg.Depth*cfg.BufferBytes)
+		}
+		rc.srcs = append(rc.srcs, s)
+	}
+	return rc, nil
+}
+
+// Offer returns what source i's sender needs (its Attach's offer).
+func (r *Receiver) Offer(i int) []byte {
+	return offer2(r.cfg, r.srcs[i].ringMem.Locator())
+}
+
+// Attach wires source i: qp is connected to the sender's queue pair for
+// this receiver, offer is what the sender's Attach returned.
+func (r *Receiver) Attach(i int, qp dtutils.QueuePair, offer []byte) error {
+	o, err := parseOffer(offer, r.cfg)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i < 0 || i >= len(r.srcs) || r.srcs[i].qp != nil {
+		return fmt.Errorf("%w: source %d of %d, or attached twice", ErrBadConfig, i, len(r.srcs))
+	}
+	if o.loc.Length != 8 || o.loc.Process != qp.PeerRank() {
+		return fmt.Errorf("%w: credit word of %d bytes in process %d", ErrBadOffer, o.loc.Length, o.loc.Process)
+	}
+	s := r.srcs[i]
+	s.qp, s.peer, s.credit = qp, qp.PeerRank(), o.loc
+	return nil
+}
+
+// Sources returns the number of sources.
+func (r *Receiver) Sources() int { return len(r.srcs) }
+
+// GetData returns the next filled buffer of any source, waiting for one;
+// io.EOF once every source has sent its Depleted buffer and all were
+// handed out.
+func (r *Receiver) GetData(ctx context.Context) (In, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var w waiter
+	for {
+		if in, ok, err := r.take(ctx); ok || err != nil {
+			return in, err
+		}
+		if r.live == 0 {
+			return In{}, io.EOF
+		}
+		r.mu.Unlock()
+		err := w.wait(ctx, r.proc, func(f func(*link)) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, s := range r.srcs {
+				if s.qp != nil && !s.ended {
+					f(&s.link)
+				}
+			}
+		})
+		r.mu.Lock()
+		if err != nil {
+			return In{}, err
+		}
+	}
+}
+
+// take returns a buffer that has arrived, if any; mu is held.
+func (r *Receiver) take(ctx context.Context) (In, bool, error) {
+	n := len(r.srcs)
+	sb := slotBytes(r.cfg)
+	for k := 0; k < n; k++ {
+		i := (r.rr + k) % n
+		s := r.srcs[i]
+		if s.qp == nil || s.ended {
+			continue
+		}
+		slot := int((s.next - 1) % uint64(r.cfg.Depth))
+		at := slot * sb
+		h := at + r.cfg.BufferBytes
+		if r.cfg.Design == RD {
+			h = at + rdHeaderAt
+		}
+		seq := (*atomic.Uint64)(unsafe.Pointer(&s.ring[h+8]))
+		if seq.Load() != s.next {
+			continue
+		}
+		size, depleted := parseHeader(s.ring[h:])
+		if size > r.cfg.BufferBytes {
+			return In{}, false, fmt.Errorf("%w: source %d sent a %d-byte buffer (at most %d)", ErrBadBuffer, i, size, r.cfg.BufferBytes)
+		}
+		var data []byte
+		switch {
+		case r.cfg.Design == WR:
+			data = s.ring[at : at+size]
+		case size > 0:
+			var err error
+			if data, err = r.read(ctx, s, slot, at, size); err != nil {
+				return In{}, false, err
+			}
+		}
+		in := In{Data: data, Src: i, Depleted: depleted, seq: s.next}
+		s.next++
+		if depleted {
+			s.ended = true
+			r.live--
+		}
+		r.rr = (i + 1) % n
+		return in, true, nil
+	}
+	return In{}, false, nil
+}
+
+// read pulls an RD buffer from the sender into the slot's read buffer.
+func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]byte, error) {
+	var loc alloc.Locator
+	if err := loc.UnmarshalBinary(s.ring[at : at+alloc.LocatorSize]); err != nil || loc.Process != s.peer || loc.Length < uint64(size) {
+		return nil, fmt.Errorf("%w: descriptor %v for %d bytes", ErrBadBuffer, loc, size)
+	}
+	src, _ := loc.Sub(0, uint64(size))
+	dst, _ := s.reads.Slice(slot*r.cfg.BufferBytes, size)
+	want := s.link.reads + 1
+	if err := s.post(dtutils.WorkRequest{Op: dtutils.OpRead, WRID: wridRead, Signaled: true, Local: dst, Remote: src}); err != nil {
+		return nil, err
+	}
+	var w waiter
+	for s.drain(); s.link.reads < want; s.drain() {
+		if s.err != nil {
+			return nil, s.err
+		}
+		if err := w.wait(ctx, r.proc, func(f func(*link)) { f(&s.link) }); err != nil {
+			return nil, err
+		}
+	}
+	return dst.Bytes(), nil
+}
+
+// Release hands a buffer from GetData back: once every earlier buffer of
+// its source is released too, the source's sender gets the credit.
+func (r *Receiver) Release(in In) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if in.Src < 0 || in.Src >= len(r.srcs) {
+		return fmt.Errorf("%w: source %d", ErrBadBuffer, in.Src)
+	}
+	s := r.srcs[in.Src]
+	slot := int((in.seq - 1) % uint64(r.cfg.Depth))
+	if in.seq <= s.consumed || in.seq >= s.next || s.released[slot] {
+		return fmt.Errorf("%w: buffer %d of source %d released twice or never handed out", ErrBadBuffer, in.seq, in.Src)
+	}
+	s.released[slot] = true
+	before := s.consumed
+	for s.consumed+1 < s.next && s.released[s.consumed%uint64(r.cfg.Depth)] {
+		s.released[s.consumed%uint64(r.cfg.Depth)] = false
+		s.consumed++
+	}
+	if s.consumed == before {
+		return nil
+	}
+	// Credit: the count consumed, written into the sender's word. The
+	// local word is reused after creditRing more writes, once its own
+	// write has completed.
+	for s.posted-s.link.credits >= creditRing {
+		s.drain()
+		if s.err != nil {
+			return s.err
+		}
+		r.proc.Progress()
+	}
+	w, _ := s.words.Slice(int(s.posted%creditRing)*8, 8)
+	(*atomic.Uint64)(unsafe.Pointer(&w.Bytes()[0])).Store(s.consumed)
+	s.posted++
+	return s.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridCredit, Signaled: true, Local: w, Remote: s.credit})
+}
+
+// Close releases the receiver's memory; the queue pairs stay open.
+func (r *Receiver) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc.Registry().Release(r.region)
+}

@@ -1,0 +1,399 @@
+package shuffle
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// transports are the providers the suite runs over (between processes;
+// a process reaches its own endpoints over loop).
+var transports = []struct {
+	name string
+	make func(f *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error)
+}{
+	{"loop", func(f *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error) {
+		return f.NewProvider(p), nil
+	}},
+	{"shm", func(_ *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error) {
+		return dtutils.NewSHM(p, dtutils.SHMConfig{Logger: quietLog})
+	}},
+	{"tcp", func(_ *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error) {
+		cfg := dtutils.DefaultTCPConfig()
+		cfg.Logger = quietLog
+		return dtutils.NewTCP(p, cfg)
+	}},
+}
+
+// job is P processes with E send and E receive endpoints each (E = 1:
+// single endpoint, E = T: one per thread), every send endpoint connected
+// to every receive endpoint. Destination and source indexes are
+// process*E + endpoint.
+type job struct {
+	procs     []*dtutils.Process
+	provs     []dtutils.Provider // the transport, between processes
+	self      []dtutils.Provider // loop, within a process
+	senders   [][]*Sender
+	receivers [][]*Receiver
+	e         int
+}
+
+func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error), p, e, threads int, cfg Config) *job {
+	t.Helper()
+	j := &job{e: e}
+	f := dtutils.NewLoopFabric()
+	for r := 0; r < p; r++ {
+		pc := dtutils.DefaultProcessConfig(uint32(r))
+		pc.ReceiveSlots = 16
+		proc, err := dtutils.NewProcess(pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, err := mk(f, proc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		self := dtutils.NewLoopFabric().NewProvider(proc)
+		t.Cleanup(func() { prov.Close(); self.Close(); proc.Close() })
+		j.procs, j.provs, j.self = append(j.procs, proc), append(j.provs, prov), append(j.self, self)
+	}
+	for r := 0; r < p; r++ {
+		var ss []*Sender
+		var rs []*Receiver
+		for k := 0; k < e; k++ {
+			s, err := NewSender(j.procs[r], cfg, p*e, threads/e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, err := NewReceiver(j.procs[r], cfg, p*e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss, rs = append(ss, s), append(rs, rc)
+		}
+		j.senders, j.receivers = append(j.senders, ss), append(j.receivers, rs)
+	}
+	for ra := 0; ra < p; ra++ {
+		for ea := 0; ea < e; ea++ {
+			for rb := 0; rb < p; rb++ {
+				for eb := 0; eb < e; eb++ {
+					qa, qb := j.connect(t, ra, rb)
+					s, rc := j.senders[ra][ea], j.receivers[rb][eb]
+					src, dst := ra*e+ea, rb*e+eb
+					back, err := s.Attach(dst, qa, rc.Offer(src))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := rc.Attach(src, qb, back); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	return j
+}
+
+// connect joins a queue pair of process a to one of process b.
+func (j *job) connect(t *testing.T, a, b int) (dtutils.QueuePair, dtutils.QueuePair) {
+	t.Helper()
+	pa, pb := j.provs[a], j.provs[b]
+	if a == b {
+		pa, pb = j.self[a], j.self[a]
+	}
+	qa, err := pa.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := pb.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- qb.Connect(qa.Endpoint()) }()
+	if err := qa.Connect(qb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return qa, qb
+}
+
+// tally is what arrived at (or was meant for) one receive endpoint: the
+// count and an order-independent checksum of the records.
+type tally struct {
+	n   int
+	sum uint64
+}
+
+func (t *tally) add(rec []byte) {
+	h := fnv.New64a()
+	h.Write(rec)
+	t.n++
+	t.sum += h.Sum64()
+}
+
+// record makes thread (proc, th)'s i-th record for destination d: its
+// origin, index and destination, then filler of a length that varies.
+func record(proc, th, i, d int) []byte {
+	b := make([]byte, 16+(i*7+th)%200)
+	binary.LittleEndian.PutUint32(b, uint32(proc))
+	binary.LittleEndian.PutUint32(b[4:], uint32(th))
+	binary.LittleEndian.PutUint32(b[8:], uint32(i))
+	binary.LittleEndian.PutUint32(b[12:], uint32(d))
+	for k := 16; k < len(b); k++ {
+		b[k] = byte(k * (i + 1))
+	}
+	return b
+}
+
+type runSpec struct {
+	threads int
+	records func(proc, th int) int           // records per sending thread
+	dest    func(proc, th, i, ndest int) int // a record's group
+	groups  func(ndest int) [][]int
+	slow    time.Duration // receiver's pause per record
+}
+
+// run shuffles every thread's records and checks every receive endpoint
+// got exactly what was meant for it.
+func (j *job) run(t *testing.T, ctx context.Context, spec runSpec) {
+	t.Helper()
+	p, e, T := len(j.procs), j.e, spec.threads
+	ndest := p * e
+	groups := spec.groups(ndest)
+	want := make([]tally, ndest)
+	var wantMu sync.Mutex
+	got := make([]tally, ndest)
+	var gotMu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*p*T)
+	for r := 0; r < p; r++ {
+		for th := 0; th < T; th++ {
+			wg.Add(2)
+			go func() { // a sending thread
+				defer wg.Done()
+				sh, err := j.senders[r][th%e].NewShuffle(groups)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i := 0; i < spec.records(r, th); i++ {
+					g := spec.dest(r, th, i, len(groups))
+					rec := record(r, th, i, g)
+					if err := sh.Put(ctx, g, rec); err != nil {
+						errs <- fmt.Errorf("process %d thread %d record %d: %w", r, th, i, err)
+						sh.Close(ctx)
+						return
+					}
+					wantMu.Lock()
+					for _, d := range groups[g] {
+						want[d].add(rec)
+					}
+					wantMu.Unlock()
+				}
+				if err := sh.Close(ctx); err != nil {
+					errs <- fmt.Errorf("process %d thread %d closing: %w", r, th, err)
+				}
+			}()
+			go func() { // a receiving thread
+				defer wg.Done()
+				ep := r*e + th%e
+				rc := j.receivers[r][th%e].NewReceive()
+				defer rc.Close()
+				for {
+					rec, err := rc.Next(ctx)
+					if err == io.EOF {
+						return
+					}
+					if err != nil {
+						errs <- fmt.Errorf("receiver %d: %w", ep, err)
+						return
+					}
+					g := int(binary.LittleEndian.Uint32(rec[12:]))
+					if !containsInt(groups[g], ep) {
+						errs <- fmt.Errorf("receiver %d got a record of group %d %v", ep, g, groups[g])
+						return
+					}
+					gotMu.Lock()
+					got[ep].add(rec)
+					gotMu.Unlock()
+					if spec.slow > 0 {
+						time.Sleep(spec.slow)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for d := range want {
+		if got[d] != want[d] {
+			t.Errorf("receive endpoint %d: %d records (sum %x), want %d (sum %x)", d, got[d].n, got[d].sum, want[d].n, want[d].sum)
+		}
+	}
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// hashDest spreads records over the groups.
+func hashDest(proc, th, i, n int) int { return (i*31 + th*7 + proc*13) % n }
+
+// TestSection4_Operators (seed 004 §4.3, §5): every design in the single-
+// and multi-endpoint configurations, over every transport, moves a
+// generated data set by repartition and by broadcast: each receive
+// endpoint gets exactly the records meant for it (counts and checksums),
+// and the stream ends (Depleted) everywhere.
+func TestSection4_Operators(t *testing.T) {
+	for _, tr := range transports {
+		for _, d := range []Design{WR, RD} {
+			for _, me := range []bool{false, true} {
+				cname := "se"
+				e := 1
+				if me {
+					cname, e = "me", 2
+				}
+				t.Run(fmt.Sprintf("%s/%v/%s", tr.name, d, cname), func(t *testing.T) {
+					cfg := Config{Design: d, BufferBytes: 1024, Depth: 4}
+					for _, pattern := range []struct {
+						name   string
+						groups func(int) [][]int
+					}{{"repartition", Repartition}, {"broadcast", Broadcast}} {
+						j := newJob(t, tr.make, 2, e, 2, cfg)
+						j.run(t, testCtx(t), runSpec{threads: 2, records: func(int, int) int { return 300 }, dest: hashDest, groups: pattern.groups})
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestEmptyStreams: senders with nothing to send, and partitions nobody
+// sends to, still end every receiver's stream.
+func TestEmptyStreams(t *testing.T) {
+	for _, d := range []Design{WR, RD} {
+		t.Run(d.String(), func(t *testing.T) {
+			j := newJob(t, transports[1].make, 3, 1, 2, Config{Design: d, BufferBytes: 256, Depth: 2})
+			j.run(t, testCtx(t), runSpec{
+				threads: 2,
+				records: func(proc, th int) int {
+					if proc == 1 || th == 1 {
+						return 0 // these send nothing at all
+					}
+					return 50
+				},
+				dest:   func(proc, th, i, n int) int { return 0 }, // only destination 0 gets data
+				groups: Repartition,
+			})
+		})
+	}
+}
+
+// TestSlowReceiver: a receiver slower than its senders holds them back
+// (Depth buffers per connection in flight, nothing dropped or spilled).
+func TestSlowReceiver(t *testing.T) {
+	for _, tr := range transports[1:] {
+		t.Run(tr.name, func(t *testing.T) {
+			j := newJob(t, tr.make, 2, 1, 1, Config{BufferBytes: 512, Depth: 2})
+			j.run(t, testCtx(t), runSpec{threads: 1, records: func(int, int) int { return 200 }, dest: hashDest, groups: Repartition, slow: 200 * time.Microsecond})
+		})
+	}
+}
+
+// TestDeadPeer: when a peer process goes away mid-stream, the senders
+// waiting on it and the receivers waiting for it fail with ErrPeerLost
+// instead of hanging.
+func TestDeadPeer(t *testing.T) {
+	for _, tr := range transports[1:] {
+		for _, d := range []Design{WR, RD} {
+			t.Run(fmt.Sprintf("%s/%v", tr.name, d), func(t *testing.T) {
+				j := newJob(t, tr.make, 2, 1, 1, Config{Design: d, BufferBytes: 512, Depth: 2})
+				ctx := testCtx(t)
+				// Process 1 never receives: process 0's sends to it fill the
+				// ring, then it dies.
+				sh, err := j.senders[0][0].NewShuffle(Repartition(2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sendErr := make(chan error, 1)
+				go func() {
+					for i := 0; ; i++ {
+						if err := sh.Put(ctx, 1, record(0, 0, i, 1)); err != nil {
+							sendErr <- err
+							return
+						}
+					}
+				}()
+				recvErr := make(chan error, 1)
+				go func() { // process 0 waits for data from process 1 that never comes
+					_, err := j.receivers[0][0].GetData(ctx)
+					for err == nil {
+						_, err = j.receivers[0][0].GetData(ctx)
+					}
+					recvErr <- err
+				}()
+				time.Sleep(50 * time.Millisecond)
+				j.provs[1].Close()
+				for name, c := range map[string]chan error{"sender": sendErr, "receiver": recvErr} {
+					select {
+					case err := <-c:
+						if !errors.Is(err, ErrPeerLost) {
+							t.Errorf("%s: %v, want ErrPeerLost", name, err)
+						}
+					case <-time.After(20 * time.Second):
+						t.Fatalf("%s still waiting 20 s after its peer died", name)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestConfigAndOffers: bad configurations and mismatched offers are
+// refused.
+func TestConfigAndOffers(t *testing.T) {
+	for _, c := range []Config{{Design: 9}, {BufferBytes: 8}, {BufferBytes: 100}, {Depth: -1}, {Depth: 5000}} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v, want ErrBadConfig", c, err)
+		}
+	}
+	j := newJob(t, transports[0].make, 1, 1, 1, Config{})
+	o := j.receivers[0][0].Offer(0)
+	if _, err := parseOffer(o, Config{Depth: 9}.withDefaults()); !errors.Is(err, ErrBadOffer) {
+		t.Errorf("offer for another depth: %v", err)
+	}
+	if _, err := parseOffer(o[:10], DefaultConfig()); !errors.Is(err, ErrBadOffer) {
+		t.Errorf("short offer: %v", err)
+	}
+	if _, err := j.senders[0][0].NewShuffle([][]int{{3}}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("group naming a missing destination: %v", err)
+	}
+}

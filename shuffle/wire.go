@@ -1,0 +1,109 @@
+package shuffle
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// Every byte format of package shuffle that crosses a process boundary is
+// defined here, little-endian; docs/wire.md describes them.
+
+// Offer: what one end of a connection tells the other when they are wired
+// (Receiver.Offer, Sender.Attach):
+//
+//	0 u8 version (1)   1 u8 design   2 u16 reserved
+//	4 u32 depth        8 u32 buffer bytes   12 u32 reserved
+//	16 locator (alloc.Locator, 32 bytes): the receiver's ring, or the
+//	   sender's credit word
+const (
+	offerSize    = 48
+	wireVersion  = 1
+	slotHeader   = 16 // a ring slot's header
+	rdSlotBytes  = 64 // an RD ring slot: the buffer's locator and a header
+	rdHeaderAt   = alloc.LocatorSize
+	recordHeader = 4 // a record's length
+)
+
+type offer struct {
+	design       Design
+	depth, bytes int
+	loc          alloc.Locator
+}
+
+func (o offer) marshal() []byte {
+	b := make([]byte, offerSize)
+	b[0], b[1] = wireVersion, byte(o.design)
+	binary.LittleEndian.PutUint32(b[4:], uint32(o.depth))
+	binary.LittleEndian.PutUint32(b[8:], uint32(o.bytes))
+	o.loc.AppendBinary(b[16:16])
+	return b
+}
+
+func parseOffer(b []byte, cfg Config) (offer, error) {
+	if len(b) != offerSize || b[0] != wireVersion || binary.LittleEndian.Uint16(b[2:]) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
+		return offer{}, fmt.Errorf("%w: %d bytes", ErrBadOffer, len(b))
+	}
+	o := offer{design: Design(b[1]), depth: int(binary.LittleEndian.Uint32(b[4:])), bytes: int(binary.LittleEndian.Uint32(b[8:]))}
+	if err := o.loc.UnmarshalBinary(b[16:]); err != nil {
+		return offer{}, fmt.Errorf("%w: %w", ErrBadOffer, err)
+	}
+	if o.design != cfg.Design || o.depth != cfg.Depth || o.bytes != cfg.BufferBytes {
+		return offer{}, fmt.Errorf("%w: the peer uses %v, depth %d, %d-byte buffers; this end %v, %d, %d", ErrBadOffer, o.design, o.depth, o.bytes, cfg.Design, cfg.Depth, cfg.BufferBytes)
+	}
+	return o, nil
+}
+
+// Ring slot header (in the receiver's ring, one slot per buffer in flight),
+// 16 bytes:
+//
+//	0 u32 length of the data   4 u32 flags (bit 0: Depleted, the sender's
+//	  last buffer on this connection)
+//	8 u64 sequence number of the buffer in the slot (1, 2, …; 0: never
+//	  written): the last word, so that it lands last (dtutils' write
+//	  visibility rule); the receiver polls it.
+//
+// WR slot (BufferBytes+64 bytes): the data at 0, the header at BufferBytes;
+// the sender writes the data, then the header, in order on one queue pair.
+// RD slot (64 bytes): the locator of the buffer in the sender's memory at
+// 0 (32 bytes), the header at 32, written as one 48-byte write; the
+// receiver then reads the data from the sender.
+const flagDepleted = 1
+
+func putHeader(b []byte, seq uint64, n int, depleted bool) {
+	binary.LittleEndian.PutUint32(b, uint32(n))
+	var f uint32
+	if depleted {
+		f = flagDepleted
+	}
+	binary.LittleEndian.PutUint32(b[4:], f)
+	binary.LittleEndian.PutUint64(b[8:], seq)
+}
+
+func parseHeader(b []byte) (n int, depleted bool) {
+	return int(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:])&flagDepleted != 0
+}
+
+// A buffer holds records, each a u32 length and its bytes, back to back.
+
+// appendRecord appends rec to buf if it fits in max bytes.
+func appendRecord(buf []byte, rec []byte, max int) ([]byte, bool) {
+	if len(buf)+recordHeader+len(rec) > max {
+		return buf, false
+	}
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(rec)))
+	return append(buf, rec...), true
+}
+
+// nextRecord splits the record at the front of b off the rest.
+func nextRecord(b []byte) (rec, rest []byte, err error) {
+	if len(b) < recordHeader {
+		return nil, nil, fmt.Errorf("%w: %d trailing bytes", ErrBadBuffer, len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(n) > uint64(len(b)-recordHeader) {
+		return nil, nil, fmt.Errorf("%w: a %d-byte record in %d bytes", ErrBadBuffer, n, len(b)-recordHeader)
+	}
+	return b[recordHeader : recordHeader+n], b[recordHeader+n:], nil
+}

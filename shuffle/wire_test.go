@@ -1,0 +1,59 @@
+package shuffle
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// FuzzOffer: an endpoint description from a peer decodes to what was
+// marshalled, or is refused with ErrBadOffer; never a panic.
+func FuzzOffer(f *testing.F) {
+	cfg := DefaultConfig()
+	good := offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes,
+		loc: alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 2}, Offset: 64, Length: 4096, Key: 7}}.marshal()
+	f.Add(good)
+	f.Add(good[:20])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := parseOffer(b, cfg)
+		if err != nil {
+			if !errors.Is(err, ErrBadOffer) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if again := o.marshal(); !bytes.Equal(again, b) {
+			t.Fatalf("offer %x does not round-trip (%x)", b, again)
+		}
+	})
+}
+
+// FuzzRecords: a received buffer splits into the records that were
+// appended, or fails with ErrBadBuffer, never reading past it.
+func FuzzRecords(f *testing.F) {
+	var buf []byte
+	for _, r := range [][]byte{[]byte("a"), nil, bytes.Repeat([]byte("x"), 40)} {
+		buf, _ = appendRecord(buf, r, 1<<10)
+	}
+	f.Add(buf)
+	f.Add([]byte{9, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var again []byte
+		for rest := b; len(rest) > 0; {
+			rec, r, err := nextRecord(rest)
+			if err != nil {
+				if !errors.Is(err, ErrBadBuffer) {
+					t.Fatal(err)
+				}
+				return
+			}
+			again, _ = appendRecord(again, rec, len(b))
+			rest = r
+		}
+		if !bytes.Equal(again, b) {
+			t.Fatalf("buffer %x does not round-trip", b)
+		}
+	})
+}
