@@ -321,13 +321,15 @@ func (f *Fabric) probePeers() []int {
 	return ok
 }
 
-// tcpConfig says where the tcp transport listens and which address its
+// TCPConfig says where the tcp transport listens and which address its
 // endpoints advertise: one its peers can reach. Config.Listen (or
 // SERIEMA_LISTEN) decides the listener; without it a job with a tcp
 // coordinator listens on every interface and advertises the address this
 // rank reached the coordinator from (rank 0: the address rank 1 reached it
-// at), and a job on one machine (unix coordinator) uses loopback.
-func (f *Fabric) tcpConfig() dtutils.TCPConfig {
+// at), and a job on one machine (unix coordinator) uses loopback. Layers
+// that make tcp providers of their own (package shuffle) use it to be
+// reachable the same way.
+func (f *Fabric) TCPConfig() dtutils.TCPConfig {
 	tc := dtutils.DefaultTCPConfig()
 	tc.Logger = f.log
 	listen := f.cfg.Listen
@@ -364,7 +366,7 @@ func (f *Fabric) ofiConfig() dtutils.OFIConfig {
 	if !strings.HasPrefix(oc.Provider, "tcp") && oc.Provider != "sockets" {
 		return oc // fabrics with their own addressing (verbs, efa, cxi, shm)
 	}
-	tc := f.tcpConfig()
+	tc := f.TCPConfig()
 	switch host, _, err := net.SplitHostPort(tc.Listen); {
 	case tc.AdvertiseHost != "":
 		oc.Node = tc.AdvertiseHost
@@ -431,7 +433,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 			f.transports[r] = "ofi"
 		case !shmWith[r]:
 			if tcp == nil {
-				if tcp, err = dtutils.NewTCP(f.proc, f.tcpConfig()); err != nil {
+				if tcp, err = dtutils.NewTCP(f.proc, f.TCPConfig()); err != nil {
 					return nil, err
 				}
 				f.provs = append(f.provs, tcp)
@@ -625,6 +627,10 @@ func (f *Fabric) serveRecv() {
 
 // Rank returns this process's rank.
 func (f *Fabric) Rank() int { return f.rank }
+
+// Logger returns the fabric's logger (Config.Logger), for layers that make
+// transports of their own.
+func (f *Fabric) Logger() *slog.Logger { return f.log }
 
 // Size returns the number of processes.
 func (f *Fabric) Size() int { return f.names.Size }

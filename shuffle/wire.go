@@ -2,6 +2,7 @@ package shuffle
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -106,4 +107,35 @@ func nextRecord(b []byte) (rec, rest []byte, err error) {
 		return nil, nil, fmt.Errorf("%w: a %d-byte record in %d bytes", ErrBadBuffer, n, len(b)-recordHeader)
 	}
 	return b[recordHeader : recordHeader+n], b[recordHeader+n:], nil
+}
+
+// wireMsg is a message of Wiring.Connect between two processes (JSON, a
+// dsfabric service call): round 1 carries the sender's queue pairs'
+// endpoints and its receivers' offers, round 2 its senders' offers (credit
+// words); lists are E×E, indexed [sender*E + receiver] (docs/wire.md).
+type wireMsg struct {
+	Round     int      `json:"round"`
+	Endpoints int      `json:"endpoints"`
+	Send      [][]byte `json:"send,omitempty"`
+	Recv      [][]byte `json:"recv,omitempty"`
+	Offers    [][]byte `json:"offers"`
+}
+
+func parseWireMsg(b []byte) (wireMsg, error) {
+	var m wireMsg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return wireMsg{}, fmt.Errorf("%w: wiring message: %v", ErrBadOffer, err)
+	}
+	n := m.Endpoints * m.Endpoints
+	switch {
+	case m.Endpoints < 1 || m.Endpoints > 1<<8:
+		return wireMsg{}, fmt.Errorf("%w: wiring for %d endpoints", ErrBadOffer, m.Endpoints)
+	case m.Round == 1 && (len(m.Send) != n || len(m.Recv) != n || len(m.Offers) != n):
+		return wireMsg{}, fmt.Errorf("%w: round 1 lists of %d, %d, %d entries, want %d", ErrBadOffer, len(m.Send), len(m.Recv), len(m.Offers), n)
+	case m.Round == 2 && len(m.Offers) != n:
+		return wireMsg{}, fmt.Errorf("%w: round 2 list of %d entries, want %d", ErrBadOffer, len(m.Offers), n)
+	case m.Round != 1 && m.Round != 2:
+		return wireMsg{}, fmt.Errorf("%w: wiring round %d", ErrBadOffer, m.Round)
+	}
+	return m, nil
 }

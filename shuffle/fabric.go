@@ -1,0 +1,306 @@
+package shuffle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// Wiring connects the endpoints of a dsfabric job: every process's send
+// endpoints to every process's receive endpoints, over queue pairs of
+// providers of their own (the transport dsfabric chose for each pair of
+// processes, loop within a process). Make it before dsfabric.Start, in
+// every process (it registers its handler), then call Connect in every
+// process.
+type Wiring struct {
+	id   dsfabric.HandlerID
+	mu   sync.Mutex
+	cond *sync.Cond
+	in   map[int][]wireMsg // by sending rank
+}
+
+// NewWiring registers the wiring's handler in h.
+func NewWiring(h *dsfabric.Handlers) (*Wiring, error) {
+	w := &Wiring{in: make(map[int][]wireMsg)}
+	w.cond = sync.NewCond(&w.mu)
+	id, err := h.Register("shuffle.wire", func(c *dsfabric.Call, args []byte) ([]byte, error) {
+		m, err := parseWireMsg(args)
+		if err != nil {
+			return nil, err
+		}
+		rank := c.Fabric.Names().Rank(c.Src)
+		w.mu.Lock()
+		w.in[rank] = append(w.in[rank], m)
+		w.cond.Broadcast()
+		w.mu.Unlock()
+		return nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shuffle: %w", err)
+	}
+	w.id = id
+	return w, nil
+}
+
+// Endpoints is one process's share of a wired shuffle: E send and E
+// receive endpoints. Global endpoint indexes, the destinations and sources
+// of every endpoint, are rank*E + e.
+type Endpoints struct {
+	Senders   []*Sender
+	Receivers []*Receiver
+	provs     []dtutils.Provider
+}
+
+// Close closes the endpoints' memory and the providers Connect made;
+// close every Sender first (Sender.Close or its Shuffles).
+func (e *Endpoints) Close() error {
+	var errs []error
+	for _, r := range e.Receivers {
+		errs = append(errs, r.Close())
+	}
+	for _, p := range e.provs {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// receive waits for the next message of round from rank.
+func (w *Wiring) receive(ctx context.Context, rank, round int) (wireMsg, error) {
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		for i, m := range w.in[rank] {
+			if m.Round == round {
+				w.in[rank] = append(w.in[rank][:i], w.in[rank][i+1:]...)
+				return m, nil
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return wireMsg{}, err
+		}
+		w.cond.Wait()
+	}
+}
+
+// Connect wires this process's share: endpoints send and receive
+// endpoints (1: the single-endpoint configuration; the threads per
+// process: multi-endpoint), each Sender shared by users SHUFFLE operators.
+// Every process of the job calls it with the same arguments.
+func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, endpoints, users int) (*Endpoints, error) {
+	if err := cfg.VerifyConfig(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p, r, E := f.Size(), f.Rank(), endpoints
+	if E < 1 || users < 1 {
+		return nil, fmt.Errorf("%w: %d endpoints, %d users", ErrBadConfig, E, users)
+	}
+	out := &Endpoints{}
+	fail := func(err error) (*Endpoints, error) {
+		out.Close()
+		return nil, err
+	}
+	proc := f.Process()
+	for e := 0; e < E; e++ {
+		s, err := NewSender(proc, cfg, p*E, users)
+		if err != nil {
+			return fail(err)
+		}
+		rc, err := NewReceiver(proc, cfg, p*E)
+		if err != nil {
+			return fail(err)
+		}
+		out.Senders, out.Receivers = append(out.Senders, s), append(out.Receivers, rc)
+	}
+	// Providers: one per transport dsfabric uses to the peers, and loop
+	// for this process's own endpoints.
+	provs := map[string]dtutils.Provider{}
+	provider := func(q int) (dtutils.Provider, error) {
+		t := f.Transport(q)
+		if q == r {
+			t = "loop"
+		}
+		if pr, ok := provs[t]; ok {
+			return pr, nil
+		}
+		var pr dtutils.Provider
+		var err error
+		switch t {
+		case "loop":
+			pr = dtutils.NewLoopFabric().NewProvider(proc)
+		case "shm":
+			pr, err = dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: f.Logger()})
+		case "tcp":
+			pr, err = dtutils.NewTCP(proc, f.TCPConfig())
+		default:
+			err = fmt.Errorf("%w: no shuffle over transport %q yet", ErrBadConfig, t)
+		}
+		if err != nil {
+			return nil, err
+		}
+		provs[t] = pr
+		out.provs = append(out.provs, pr)
+		return pr, nil
+	}
+	// sendQP[q][a][b]: our sender a to q's receiver b; recvQP[q][b][a]:
+	// q's sender a to our receiver b.
+	sendQP := make([][][]dtutils.QueuePair, p)
+	recvQP := make([][][]dtutils.QueuePair, p)
+	for q := 0; q < p; q++ {
+		pr, err := provider(q)
+		if err != nil {
+			return fail(err)
+		}
+		sendQP[q], recvQP[q] = grid(E), grid(E)
+		for a := 0; a < E; a++ {
+			for b := 0; b < E; b++ {
+				if sendQP[q][a][b], err = pr.NewQueuePair(); err != nil {
+					return fail(err)
+				}
+				if recvQP[q][b][a], err = pr.NewQueuePair(); err != nil {
+					return fail(err)
+				}
+			}
+		}
+	}
+	src := dsfabric.ThreadID(r * f.Names().ThreadsPerProcess)
+	send := func(q int, m wireMsg) error {
+		b, _ := json.Marshal(m)
+		return f.CallService(src, q, w.id, b, nil)
+	}
+	// Round 1, to each peer q, entries [a*E+b]: Send, our end of our
+	// sender a → q's receiver b; Recv, our end of q's sender a → our
+	// receiver b; Offers, our receiver b's ring for q's sender a.
+	for q := 0; q < p; q++ {
+		m := wireMsg{Round: 1, Endpoints: E}
+		for a := 0; a < E; a++ {
+			for b := 0; b < E; b++ {
+				m.Send = append(m.Send, sendQP[q][a][b].Endpoint())
+				m.Recv = append(m.Recv, recvQP[q][b][a].Endpoint())
+				m.Offers = append(m.Offers, out.Receivers[b].Offer(q*E+a))
+			}
+		}
+		if q == r {
+			if err := wireSelf(out, m, sendQP[q], recvQP[q], E, r); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		if err := send(q, m); err != nil {
+			return fail(err)
+		}
+	}
+	// Connect to each peer's queue pairs, attach our senders, send round 2.
+	for q := 0; q < p; q++ {
+		if q == r {
+			continue
+		}
+		m, err := w.receive(ctx, q, 1)
+		if err != nil {
+			return fail(err)
+		}
+		if m.Endpoints != E || len(m.Send) != E*E || len(m.Recv) != E*E || len(m.Offers) != E*E {
+			return fail(fmt.Errorf("%w: rank %d wired %d endpoints, this rank %d", ErrBadOffer, q, m.Endpoints, E))
+		}
+		var qps []dtutils.QueuePair
+		var remote [][]byte
+		for a := 0; a < E; a++ {
+			for b := 0; b < E; b++ {
+				// From q: Recv[a*E+b] is its end of our sender a → its
+				// receiver b; Send[a*E+b] its end of its sender a → our
+				// receiver b.
+				qps = append(qps, sendQP[q][a][b], recvQP[q][b][a])
+				remote = append(remote, m.Recv[a*E+b], m.Send[a*E+b])
+			}
+		}
+		if err := connectAll(qps, remote); err != nil {
+			return fail(fmt.Errorf("shuffle: connecting to rank %d: %w", q, err))
+		}
+		back := wireMsg{Round: 2, Endpoints: E}
+		for a := 0; a < E; a++ {
+			for b := 0; b < E; b++ {
+				// Offers[a*E+b]: q's receiver b's ring for our sender a.
+				o, err := out.Senders[a].Attach(q*E+b, sendQP[q][a][b], m.Offers[a*E+b])
+				if err != nil {
+					return fail(err)
+				}
+				back.Offers = append(back.Offers, o)
+			}
+		}
+		if err := send(q, back); err != nil {
+			return fail(err)
+		}
+	}
+	// Round 2: the peers' senders' credit words for our receivers.
+	for q := 0; q < p; q++ {
+		if q == r {
+			continue
+		}
+		m, err := w.receive(ctx, q, 2)
+		if err != nil {
+			return fail(err)
+		}
+		if len(m.Offers) != E*E {
+			return fail(fmt.Errorf("%w: rank %d sent %d attachments", ErrBadOffer, q, len(m.Offers)))
+		}
+		for a := 0; a < E; a++ {
+			for b := 0; b < E; b++ {
+				if err := out.Receivers[b].Attach(q*E+a, recvQP[q][b][a], m.Offers[a*E+b]); err != nil {
+					return fail(err)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// wireSelf connects this process's senders to its own receivers (loop).
+func wireSelf(out *Endpoints, m wireMsg, send, recv [][]dtutils.QueuePair, E, r int) error {
+	for a := 0; a < E; a++ {
+		for b := 0; b < E; b++ {
+			if err := connectAll([]dtutils.QueuePair{send[a][b], recv[b][a]}, [][]byte{recv[b][a].Endpoint(), send[a][b].Endpoint()}); err != nil {
+				return err
+			}
+			back, err := out.Senders[a].Attach(r*E+b, send[a][b], m.Offers[a*E+b])
+			if err != nil {
+				return err
+			}
+			if err := out.Receivers[b].Attach(r*E+a, recv[b][a], back); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func grid(n int) [][]dtutils.QueuePair {
+	g := make([][]dtutils.QueuePair, n)
+	for i := range g {
+		g[i] = make([]dtutils.QueuePair, n)
+	}
+	return g
+}
+
+// connectAll connects qps[i] to remote[i] at once: each Connect may wait
+// for the far side's.
+func connectAll(qps []dtutils.QueuePair, remote [][]byte) error {
+	errs := make([]error, len(qps))
+	var wg sync.WaitGroup
+	for i := range qps {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = qps[i].Connect(remote[i]) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,183 @@
+package shuffle
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/internal/jobtest"
+)
+
+// wiringResult is what each process of TestWiring reports to rank 0: the
+// records it sent per destination endpoint and received per local one.
+type wiringResult struct {
+	Rank int
+	Sent [][2]uint64 // by destination: count, checksum
+	Got  [][2]uint64 // by local receive endpoint
+	Err  string
+}
+
+// TestWiring: a job of two self-launched processes wires its endpoints
+// through dsfabric (shm, and tcp with one endpoint per thread) and
+// repartitions every thread's records: each receive endpoint gets exactly
+// what was sent to it, checked at rank 0 from every process's counts.
+func TestWiring(t *testing.T) {
+	for _, tc := range []struct {
+		transport string
+		e         int
+		design    Design
+	}{{"", 1, WR}, {"tcp", 2, RD}} {
+		t.Run(fmt.Sprintf("%s-%d-%v", tc.transport, tc.e, tc.design), func(t *testing.T) {
+			const procs, threads, perThread = 2, 2, 400
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			h := dsfabric.NewHandlers()
+			w, err := NewWiring(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			results := make(chan wiringResult, procs)
+			hRes, err := h.Register("test.result", func(c *dsfabric.Call, args []byte) ([]byte, error) {
+				var r wiringResult
+				if err := json.Unmarshal(args, &r); err != nil {
+					return nil, err
+				}
+				results <- r
+				return nil, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: procs, ThreadsPerProcess: threads, Transport: tc.transport, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			res := wiringResult{Rank: f.Rank()}
+			eps, err := w.Connect(ctx, f, Config{Design: tc.design, BufferBytes: 2048, Depth: 4}, tc.e, threads/tc.e)
+			if err == nil {
+				res.Sent, res.Got, err = repartitionHere(ctx, eps, f.Rank(), threads, perThread)
+				eps.Close()
+			}
+			if err != nil {
+				res.Err = err.Error()
+			}
+			b, _ := json.Marshal(res)
+			src := dsfabric.ThreadID(f.Rank() * threads)
+			if _, err := f.CallServiceReturn(ctx, src, 0, hRes, b); err != nil {
+				t.Fatal(err)
+			}
+			if f.Rank() != 0 {
+				return
+			}
+			var all []wiringResult
+			for len(all) < procs {
+				select {
+				case r := <-results:
+					if r.Err != "" {
+						t.Fatalf("rank %d: %s", r.Rank, r.Err)
+					}
+					all = append(all, r)
+				case <-ctx.Done():
+					t.Fatalf("%d of %d results", len(all), procs)
+				}
+			}
+			want := make([][2]uint64, procs*tc.e)
+			for _, r := range all {
+				for d, s := range r.Sent {
+					want[d][0] += s[0]
+					want[d][1] += s[1]
+				}
+			}
+			total := uint64(0)
+			for _, r := range all {
+				for e, g := range r.Got {
+					d := r.Rank*tc.e + e
+					if g != want[d] {
+						t.Errorf("endpoint %d got %d records (sum %x), want %d (%x)", d, g[0], g[1], want[d][0], want[d][1])
+					}
+					total += g[0]
+				}
+			}
+			if total != procs*threads*perThread {
+				t.Errorf("%d records arrived, want %d", total, procs*threads*perThread)
+			}
+		})
+	}
+}
+
+// repartitionHere runs this process's threads: each shuffles perThread
+// records over the job's endpoints and receives from its own.
+func repartitionHere(ctx context.Context, eps *Endpoints, rank, threads, perThread int) (sent, got [][2]uint64, err error) {
+	E := len(eps.Senders)
+	ndest := eps.Senders[0].Dests()
+	sent, got = make([][2]uint64, ndest), make([][2]uint64, E)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*threads)
+	for th := 0; th < threads; th++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sh, err := eps.Senders[th%E].NewShuffle(Repartition(ndest))
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := 0; i < perThread; i++ {
+				d := hashDest(rank, th, i, ndest)
+				rec := record(rank, th, i, d)
+				if err := sh.Put(ctx, d, rec); err != nil {
+					errs <- err
+					return
+				}
+				var tl tally
+				tl.add(rec)
+				mu.Lock()
+				sent[d][0]++
+				sent[d][1] += tl.sum
+				mu.Unlock()
+			}
+			if err := sh.Close(ctx); err != nil {
+				errs <- err
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			rc := eps.Receivers[th%E].NewReceive()
+			defer rc.Close()
+			for {
+				rec, err := rc.Next(ctx)
+				if err == io.EOF {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d := int(binary.LittleEndian.Uint32(rec[12:])); d != rank*E+th%E {
+					errs <- fmt.Errorf("endpoint %d got a record for %d", rank*E+th%E, d)
+					return
+				}
+				var tl tally
+				tl.add(rec)
+				mu.Lock()
+				got[th%E][0]++
+				got[th%E][1] += tl.sum
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		return nil, nil, e
+	}
+	return sent, got, nil
+}
