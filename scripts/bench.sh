@@ -59,6 +59,10 @@ echo "== RDMOs against their one-sided sequences (shm, tcp; ofi-tcp when built)"
 { "$BIN/mctsbench" rdmo -json
   if [ -x "$BIN/mctsbench-ofi" ]; then FI_PROVIDER=tcp "$BIN/mctsbench-ofi" rdmo -transports ofi -json; fi; } > "$OUT/rdmo.json"
 cat "$OUT/rdmo.json"
+echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets"
+{ "$BIN/mctsbench" shuffle repartition -mb 512 -json
+  "$BIN/mctsbench" shuffle broadcast -mb 256 -json; } > "$OUT/shuffle.json"
+cat "$OUT/shuffle.json"
 echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups"
 "$BIN/mctsbench" idle -duration 10s -json > "$OUT/idle.json"
 cat "$OUT/idle.json"

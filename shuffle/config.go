@@ -49,7 +49,9 @@ type Config struct {
 	BufferBytes int
 	// Depth is the number of buffers in flight per connection (sent, not
 	// yet released by the receiver); a sender with none left blocks in
-	// Acquire or PutData (back-pressure, no spill). Default 8; 1…4096.
+	// Acquire or PutData (back-pressure, no spill). Default 32 (512 KiB
+	// per connection at the default buffer size: 2 processes repartitioned
+	// at 1.5 GB/s each with it, 1.0–1.2 with 8); 1…4096.
 	Depth int
 }
 
@@ -64,7 +66,7 @@ func (c Config) withDefaults() Config {
 		c.BufferBytes = 16 << 10
 	}
 	if c.Depth == 0 {
-		c.Depth = 8
+		c.Depth = 32
 	}
 	return c
 }

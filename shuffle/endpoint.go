@@ -2,6 +2,7 @@ package shuffle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -87,12 +88,22 @@ func (l *link) probe() {
 }
 
 // waiter is the loop of an endpoint waiting for its peers: it drives the
-// transport's progress, backs off to sleeping, and probes the links it
-// waits on every probeEvery.
+// transport's progress, polls for hotSpin and yields until hotYield (a
+// buffer or a credit is usually microseconds away while a shuffle runs,
+// and a timer sleep costs a millisecond), then backs off to sleeping; it
+// probes the links it waits on every probeEvery. Measured with mctsbench
+// shuffle repartition, 2 processes on 2 cores, 512 MiB each: sleeping at
+// once 0.44–0.67 GB/s per process, 20 µs/2 ms 0.53–0.57 (the spinning
+// waiters starve the producers), 2 µs/100 µs 0.92–1.14.
 type waiter struct {
-	b         dtutils.Backoff
+	hw        dtutils.HotWait
 	lastProbe time.Time
 }
+
+const (
+	hotSpin  = 2 * time.Microsecond
+	hotYield = 100 * time.Microsecond
+)
 
 func (w *waiter) wait(ctx context.Context, proc *dtutils.Process, links func(func(*link))) error {
 	if err := ctx.Err(); err != nil {
@@ -114,8 +125,8 @@ func (w *waiter) wait(ctx context.Context, proc *dtutils.Process, links func(fun
 			return err
 		}
 	}
-	w.b.Idle = proc.Idle
-	w.b.Wait()
+	w.hw.Spin, w.hw.Yield, w.hw.Idle = hotSpin, hotYield, proc.Idle
+	w.hw.Wait()
 	return nil
 }
 
@@ -704,9 +715,32 @@ func (r *Receiver) Release(in In) error {
 	return s.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridCredit, Signaled: true, Local: w, Remote: s.credit})
 }
 
-// Close releases the receiver's memory; the queue pairs stay open.
-func (r *Receiver) Close() error {
+// Close waits until the credits it wrote have reached their senders (a
+// sender finishing its Depleted stream waits for them: closing the
+// connection under them would fail it), then releases the receiver's
+// memory; the queue pairs stay open.
+func (r *Receiver) Close(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.proc.Registry().Release(r.region)
+	var w waiter
+	var err error
+	for _, s := range r.srcs {
+		for s.qp != nil && s.err == nil && s.link.credits < s.posted {
+			s.drain()
+			if s.link.credits >= s.posted {
+				break
+			}
+			r.mu.Unlock()
+			err = w.wait(ctx, r.proc, func(f func(*link)) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				f(&s.link)
+			})
+			r.mu.Lock()
+			if err != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(err, r.proc.Registry().Release(r.region))
 }

@@ -56,12 +56,13 @@ type Endpoints struct {
 	provs     []dtutils.Provider
 }
 
-// Close closes the endpoints' memory and the providers Connect made;
-// close every Sender first (Sender.Close or its Shuffles).
-func (e *Endpoints) Close() error {
+// Close closes the receivers (waiting for their last credits to land),
+// then the providers Connect made; finish every Sender first
+// (Sender.Close, or its Shuffles).
+func (e *Endpoints) Close(ctx context.Context) error {
 	var errs []error
 	for _, r := range e.Receivers {
-		errs = append(errs, r.Close())
+		errs = append(errs, r.Close(ctx))
 	}
 	for _, p := range e.provs {
 		errs = append(errs, p.Close())
@@ -108,7 +109,7 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 	}
 	out := &Endpoints{}
 	fail := func(err error) (*Endpoints, error) {
-		out.Close()
+		out.Close(ctx)
 		return nil, err
 	}
 	proc := f.Process()

@@ -63,7 +63,7 @@ func TestWiring(t *testing.T) {
 			eps, err := w.Connect(ctx, f, Config{Design: tc.design, BufferBytes: 2048, Depth: 4}, tc.e, threads/tc.e)
 			if err == nil {
 				res.Sent, res.Got, err = repartitionHere(ctx, eps, f.Rank(), threads, perThread)
-				eps.Close()
+				eps.Close(ctx)
 			}
 			if err != nil {
 				res.Err = err.Error()

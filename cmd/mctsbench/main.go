@@ -12,6 +12,7 @@
 //	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
 //	mctsbench conn    [-modes conn,unix,tcp] [-n N] [-stream-sizes 64,4096,65536] [-json]
 //	mctsbench rdmo    [-transports shm,tcp] [-initiators 1,4] [-n N] [-json]
+//	mctsbench shuffle repartition|broadcast [-procs 2] [-threads 1] [-impl wr,rd,socket] [-mb 256] [-json]
 //
 // See docs/design.md §8.
 package main
@@ -27,7 +28,7 @@ import (
 )
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle|conn|rdmo [flags]  (mctsbench SUBCOMMAND -h for flags)")
+	fmt.Fprintln(w, "usage: mctsbench demo|micro|latency|htp|scale|report|soak|idle|conn|rdmo|shuffle [flags]  (mctsbench SUBCOMMAND -h for flags)")
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -56,6 +57,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return connBench(args[1:], stdout, stderr)
 	case "rdmo":
 		return rdmoBench(args[1:], stdout, stderr)
+	case "shuffle":
+		return shuffleBench(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "mctsbench: unknown subcommand %q\n", args[0])
 	usage(stderr)

@@ -374,3 +374,36 @@ func TestRDMOTargetKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestShuffleSmoke runs mctsbench shuffle for real, both patterns, our two
+// designs in both configurations and the socket peer, with small data:
+// every line has the fields and says the data arrived intact.
+func TestShuffleSmoke(t *testing.T) {
+	for _, c := range [][]string{
+		{"repartition", "-impl", "wr,rd,socket"},
+		{"broadcast", "-impl", "wr,rd,socket", "-threads", "2", "-config", "me", "-transport", "tcp"},
+	} {
+		t.Run(c[0], func(t *testing.T) {
+			args := append([]string{"shuffle"}, c...)
+			args = append(args, "-mb", "2", "-record", "64", "-json")
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			var out, errb bytes.Buffer
+			if code := run(args, nil, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("%d lines, want 3: %q", len(lines), out.String())
+			}
+			for _, l := range lines {
+				var r ShuffleResult
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatal(err)
+				}
+				if !r.OK || r.GBPerSPerProc <= 0 || r.Pattern != c[0] || r.Procs != 2 || r.Bytes != 2<<20 {
+					t.Errorf("bad line %s", l)
+				}
+			}
+		})
+	}
+}

@@ -38,6 +38,7 @@ type benchData struct {
 	ofiLat  []LatencyResult // the same, call-and-return latency
 	conn    []ConnResult    // mctsbench conn: rconn, unix, tcp
 	rdmo    []RDMOResult    // mctsbench rdmo: RDMOs and their one-sided sequences
+	shuffle []ShuffleResult // mctsbench shuffle: repartition and broadcast
 	machine string
 	command string
 }
@@ -151,6 +152,9 @@ func loadBench(dir string) (*benchData, error) {
 		return nil, err
 	}
 	if d.rdmo, err = readLines[RDMOResult](filepath.Join(dir, "rdmo.json")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if d.shuffle, err = readLines[ShuffleResult](filepath.Join(dir, "shuffle.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	return d, nil
@@ -517,6 +521,7 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	d.ofiSection(&w)
 	d.connSection(&w, lat)
 	d.rdmoSection(&w)
+	d.shuffleSection(&w)
 
 	// Peers
 	w.WriteString("\n### Against Go RPC (bench/peers, unix socket)\n\n| size (B) | trad | write | grpc-stream | netrpc | trad / grpc-stream | trad / netrpc |\n|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -585,4 +590,34 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	}
 	w.WriteString("\n")
 	return w.String(), charts
+}
+
+// shuffleSection shows repartition and broadcast over package shuffle's
+// designs beside the plain-socket version, with the goals of issue 18 that
+// this run can check.
+func (d *benchData) shuffleSection(w *strings.Builder) {
+	if len(d.shuffle) == 0 {
+		return
+	}
+	w.WriteString("\n### Shuffle: repartition and broadcast against plain sockets, same run\n\n")
+	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr` and `rd` are package shuffle's designs, `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; ok: every process received exactly what was sent to it (counts and checksums).\n\n| pattern | impl | config | transport | procs × threads | MiB per process | GB/s per process | ok |\n|---|---|---|---|---|---:|---:|---|\n")
+	best := map[string]float64{}
+	socket := map[string]float64{}
+	for _, r := range d.shuffle {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d × %d | %d | %.2f | %v |\n", r.Pattern, r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Bytes>>20, r.GBPerSPerProc, r.OK)
+		if r.Impl == "socket" {
+			socket[r.Pattern] = r.GBPerSPerProc
+		} else if r.OK {
+			best[r.Pattern] = max(best[r.Pattern], r.GBPerSPerProc)
+		}
+	}
+	w.WriteString("\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
+	for _, p := range []string{"repartition", "broadcast"} {
+		v := 0.0
+		if socket[p] > 0 {
+			v = best[p] / socket[p]
+		}
+		goal(w, p+": best of wr, rd / socket", v, 2, true)
+	}
+	w.WriteString("\nNot measured yet (issue 18): the MPI peer (MPI_Alltoallv / MPI_Bcast), the share of the memory-copy bandwidth, the two-stage join, and tcp between the processes.\n\n")
 }
