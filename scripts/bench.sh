@@ -59,9 +59,14 @@ echo "== RDMOs against their one-sided sequences (shm, tcp; ofi-tcp when built)"
 { "$BIN/mctsbench" rdmo -json
   if [ -x "$BIN/mctsbench-ofi" ]; then FI_PROVIDER=tcp "$BIN/mctsbench-ofi" rdmo -transports ofi -json; fi; } > "$OUT/rdmo.json"
 cat "$OUT/rdmo.json"
-echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets"
+echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets and MPI (when mpicc is installed)"
 { "$BIN/mctsbench" shuffle repartition -mb 512 -json
-  "$BIN/mctsbench" shuffle broadcast -mb 256 -json; } > "$OUT/shuffle.json"
+  "$BIN/mctsbench" shuffle broadcast -mb 256 -json
+  if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+	mpicc -O2 -o "$BIN/shuffle-mpi" bench/mpi/csrc/shuffle.c
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" repartition 512 100
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" broadcast 256 100
+  fi; } > "$OUT/shuffle.json"
 cat "$OUT/shuffle.json"
 echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups"
 "$BIN/mctsbench" idle -duration 10s -json > "$OUT/idle.json"

@@ -1,0 +1,126 @@
+/*
+ * shuffle.c: the MPI peer of mctsbench shuffle (issue 18). Every rank
+ * generates the same records as mctsbench shuffle (100-byte records by
+ * default, a destination from the same hash) and moves them with one
+ * collective: MPI_Alltoallv for repartition, MPI_Allgather for broadcast.
+ * Rank 0 prints one JSON line in mctsbench shuffle's format, with
+ * impl "mpi": the mean over ranks of the record bytes a rank received over
+ * the collective's time (counts exchange and packing included), and ok
+ * when every rank received the number of records that were sent to it.
+ *
+ *   mpirun -np 2 shuffle-mpi repartition|broadcast MIB RECORD
+ *
+ * Built by scripts/bench.sh (and the test) with mpicc from Debian's
+ * libopenmpi-dev.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int dest_of(uint64_t i, int rank, int procs) {
+	/* mctsbench shuffle's genRecords, thread 0 */
+	return (int)(((i * 0x9e3779b97f4a7c15ULL + (uint64_t)rank) >> 33) % (uint64_t)procs);
+}
+
+int main(int argc, char **argv) {
+	MPI_Init(&argc, &argv);
+	int rank, procs;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &procs);
+	if (argc != 4 || (strcmp(argv[1], "repartition") && strcmp(argv[1], "broadcast"))) {
+		if (rank == 0)
+			fprintf(stderr, "usage: shuffle-mpi repartition|broadcast MIB RECORD\n");
+		MPI_Finalize();
+		return 2;
+	}
+	int broadcast = strcmp(argv[1], "broadcast") == 0;
+	long long bytes = atoll(argv[2]) << 20;
+	int rec = atoi(argv[3]);
+	if (rec < 16 || bytes < rec) {
+		MPI_Finalize();
+		return 2;
+	}
+	long long n = bytes / rec;
+	char *data = malloc((size_t)(n * rec));
+	int *dest = malloc(sizeof(int) * (size_t)n);
+	if (!data || !dest)
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	for (long long i = 0; i < n; i++) {
+		char *r = data + i * rec;
+		memset(r, (int)i, (size_t)rec);
+		uint64_t id = ((uint64_t)rank << 48) | (uint64_t)i;
+		memcpy(r, &id, 8);
+		dest[i] = dest_of((uint64_t)i, rank, procs);
+		uint32_t d = (uint32_t)dest[i];
+		memcpy(r + 8, &d, 4);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t0 = MPI_Wtime();
+	long long received = 0, records = 0;
+	int ok = 1;
+	if (broadcast) {
+		char *all = malloc((size_t)(n * rec) * (size_t)procs);
+		if (!all)
+			MPI_Abort(MPI_COMM_WORLD, 1);
+		/* counts above 2^31 bytes would need derived types: keep runs below */
+		MPI_Allgather(data, (int)(n * rec), MPI_BYTE, all, (int)(n * rec), MPI_BYTE, MPI_COMM_WORLD);
+		received = n * rec * procs;
+		records = n * procs;
+		free(all);
+	} else {
+		int *scount = calloc((size_t)procs, sizeof(int)), *rcount = calloc((size_t)procs, sizeof(int));
+		int *sdisp = calloc((size_t)procs, sizeof(int)), *rdisp = calloc((size_t)procs, sizeof(int));
+		int *fill = calloc((size_t)procs, sizeof(int));
+		for (long long i = 0; i < n; i++)
+			scount[dest[i]] += rec;
+		for (int p = 1; p < procs; p++)
+			sdisp[p] = sdisp[p - 1] + scount[p - 1];
+		char *packed = malloc((size_t)(n * rec));
+		for (long long i = 0; i < n; i++) {
+			int d = dest[i];
+			memcpy(packed + sdisp[d] + fill[d], data + i * rec, (size_t)rec);
+			fill[d] += rec;
+		}
+		MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, MPI_COMM_WORLD);
+		long long total = 0;
+		for (int p = 0; p < procs; p++) {
+			rdisp[p] = (int)total;
+			total += rcount[p];
+		}
+		char *in = malloc((size_t)(total > 0 ? total : 1));
+		MPI_Alltoallv(packed, scount, sdisp, MPI_BYTE, in, rcount, rdisp, MPI_BYTE, MPI_COMM_WORLD);
+		received = total;
+		records = total / rec;
+		for (long long i = 0; i < records; i++) {
+			uint32_t d;
+			memcpy(&d, in + i * rec + 8, 4);
+			ok = ok && (int)d == rank;
+		}
+		free(in);
+		free(packed);
+		free(scount);
+		free(rcount);
+		free(sdisp);
+		free(rdisp);
+		free(fill);
+	}
+	double secs = MPI_Wtime() - t0;
+	/* Every record sent must have arrived somewhere exactly once. */
+	long long sent = broadcast ? n * procs : n, all_sent = 0, all_recv = 0;
+	MPI_Reduce(&sent, &all_sent, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+	MPI_Reduce(&records, &all_recv, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+	double rate = (double)received / secs / 1e9, sum = 0;
+	int all_ok = 0;
+	MPI_Reduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+	MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);
+	if (rank == 0)
+		printf("{\"pattern\":\"%s\",\"impl\":\"mpi\",\"config\":\"-\",\"transport\":\"mpi\",\"procs\":%d,\"threads\":1,"
+		       "\"bytes\":%lld,\"gb_per_s_per_proc\":%.6f,\"ok\":%s}\n",
+		       argv[1], procs, bytes, sum / procs, all_ok && all_sent == all_recv ? "true" : "false");
+	free(data);
+	free(dest);
+	MPI_Finalize();
+	return 0;
+}

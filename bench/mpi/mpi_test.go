@@ -1,0 +1,52 @@
+// Package mpi holds the MPI peer of mctsbench shuffle (csrc/shuffle.c), built
+// with mpicc and run under mpirun; this test builds and runs it.
+package mpi
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShufflePeer builds csrc/shuffle.c with mpicc and runs both patterns on
+// two ranks under mpirun: one JSON line each, in mctsbench shuffle's
+// format, with every record delivered (ok).
+func TestShufflePeer(t *testing.T) {
+	mpicc, err := exec.LookPath("mpicc")
+	if err != nil {
+		t.Skip("mpicc is not installed (Debian package libopenmpi-dev; .ci/run installs it)")
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun is not installed (Debian package openmpi-bin; .ci/run installs it)")
+	}
+	bin := filepath.Join(t.TempDir(), "shuffle-mpi")
+	if out, err := exec.Command(mpicc, "-O2", "-Wall", "-o", bin, filepath.Join("csrc", "shuffle.c")).CombinedOutput(); err != nil {
+		t.Fatalf("mpicc: %v\n%s", err, out)
+	}
+	for _, pattern := range []string{"repartition", "broadcast"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", bin, pattern, "4", "100").Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", pattern, err)
+		}
+		var r struct {
+			Pattern, Impl string
+			Procs         int
+			Bytes         int64
+			GBPerSPerProc float64 `json:"gb_per_s_per_proc"`
+			OK            bool
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &r); err != nil {
+			t.Fatalf("%s: %v in %q", pattern, err, out)
+		}
+		if r.Pattern != pattern || r.Impl != "mpi" || r.Procs != 2 || r.Bytes != 4<<20 || r.GBPerSPerProc <= 0 || !r.OK {
+			t.Errorf("%s: %+v", pattern, r)
+		}
+	}
+}
