@@ -62,6 +62,7 @@ cat "$OUT/rdmo.json"
 echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets and MPI (when mpicc is installed)"
 { "$BIN/mctsbench" shuffle repartition -mb 512 -json
   "$BIN/mctsbench" shuffle broadcast -mb 256 -json
+  "$BIN/mctsbench" shuffle join -orders 500000 -json
   if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
 	mpicc -O2 -o "$BIN/shuffle-mpi" bench/mpi/csrc/shuffle.c
 	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" repartition 512 100

@@ -603,7 +603,12 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr` and `rd` are package shuffle's designs, `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; ok: every process received exactly what was sent to it (counts and checksums).\n\n| pattern | impl | config | transport | procs × threads | MiB per process | GB/s per process | ok |\n|---|---|---|---|---|---:|---:|---|\n")
 	best := map[string]float64{}
 	peer := map[string]float64{} // pattern/impl of the peers
+	var joins []ShuffleResult
 	for _, r := range d.shuffle {
+		if r.Pattern == "join" {
+			joins = append(joins, r)
+			continue
+		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %d × %d | %d | %.2f | %v |\n", r.Pattern, r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Bytes>>20, r.GBPerSPerProc, r.OK)
 		switch {
 		case r.Impl == "socket" || r.Impl == "mpi":
@@ -625,5 +630,24 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 			goal(w, p+": best of wr, rd / "+g.impl, v, g.want, true)
 		}
 	}
-	w.WriteString("\nThe MPI peer is bench/mpi/csrc/shuffle.c under Open MPI's mpirun (MPI_Alltoallv for repartition, MPI_Allgather for broadcast; the same records; its time includes packing by destination). Not measured yet (issue 18): the share of the memory-copy bandwidth, the two-stage join, and tcp between the processes.\n\n")
+	if len(joins) > 0 {
+		w.WriteString("\nThe two-stage join (`mctsbench shuffle join`, a TPC-H Q3/Q4-shaped query: repartition orders and line items on the order key, hash-join, repartition the partial sums on the group key; ok: equal to the query run in one process over all the data), seconds at the slowest process:\n\n| impl | config | transport | procs × threads | seconds | ok |\n|---|---|---|---|---:|---|\n")
+		fastest, socketJoin := 0.0, 0.0
+		for _, r := range joins {
+			fmt.Fprintf(w, "| %s | %s | %s | %d × %d | %.3f | %v |\n", r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Seconds, r.OK)
+			switch {
+			case r.Impl == "socket":
+				socketJoin = r.Seconds
+			case r.OK && (fastest == 0 || r.Seconds < fastest):
+				fastest = r.Seconds
+			}
+		}
+		w.WriteString("\n| ratio | measured | goal | |\n|---|---:|---:|---|\n")
+		v := 0.0
+		if fastest > 0 {
+			v = socketJoin / fastest
+		}
+		goal(w, "join: socket seconds / best of wr, rd seconds", v, 1.5, true)
+	}
+	w.WriteString("\nThe MPI peer is bench/mpi/csrc/shuffle.c under Open MPI's mpirun (MPI_Alltoallv for repartition, MPI_Allgather for broadcast; the same records; its time includes packing by destination). Not measured yet (issue 18): the share of the memory-copy bandwidth, and tcp between the processes.\n\n")
 }

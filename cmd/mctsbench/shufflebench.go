@@ -21,20 +21,25 @@ import (
 // ShuffleResult is one line of mctsbench shuffle: one pattern and
 // implementation, the figures of every process of the job.
 type ShuffleResult struct {
-	Pattern   string `json:"pattern"` // repartition or broadcast
-	Impl      string `json:"impl"`    // wr, rd (package shuffle) or socket (plain Go TCP)
+	Pattern   string `json:"pattern"` // repartition, broadcast or join
+	Impl      string `json:"impl"`    // wr, rd (package shuffle), socket (plain Go TCP) or mpi (bench/mpi)
 	Config    string `json:"config"`  // se or me
 	Transport string `json:"transport"`
 	Procs     int    `json:"procs"`
 	Threads   int    `json:"threads"`
-	// Bytes is the record bytes each process generates.
-	Bytes int64 `json:"bytes"`
+	// Bytes is the record bytes each process generates (repartition,
+	// broadcast).
+	Bytes int64 `json:"bytes,omitempty"`
 	// GBPerSPerProc is the mean over processes of the record bytes a
 	// process received over its elapsed time (from the start barrier to
 	// its last receive).
-	GBPerSPerProc float64 `json:"gb_per_s_per_proc"`
+	GBPerSPerProc float64 `json:"gb_per_s_per_proc,omitempty"`
+	// Seconds is the join's time, both stages and the local join, at the
+	// slowest process.
+	Seconds float64 `json:"seconds,omitempty"`
 	// OK says every process received exactly what was sent to it (counts
-	// and checksums).
+	// and checksums), or for join that the result equals a single-process
+	// run of the same query.
 	OK bool `json:"ok"`
 }
 
@@ -45,6 +50,7 @@ type shuffleReport struct {
 	Received int64
 	Sent     [][2]uint64 // by destination process: records, checksum
 	Got      [2]uint64
+	Groups   []uint64 // join: the revenue of the groups this process owns
 	Err      string
 }
 
@@ -53,13 +59,14 @@ type shuffleOpts struct {
 	impls                      []string
 	procs, threads, record     int
 	bytes                      int64
+	orders                     int
 	buffer, depth              int
 	asJSON                     bool
 }
 
 func shuffleBench(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "repartition" && args[0] != "broadcast") {
-		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast [-procs 2] [-threads 1] [-impl wr,rd,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-buffer 16384] [-depth 8] [-json]")
+	if len(args) == 0 || (args[0] != "repartition" && args[0] != "broadcast" && args[0] != "join") {
+		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-json]")
 		return 2
 	}
 	o := shuffleOpts{pattern: args[0]}
@@ -70,8 +77,9 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	impls := fs.String("impl", "wr,rd,socket", "comma-separated: wr, rd (package shuffle), socket (plain Go TCP, seed 000's baseline)")
 	fs.StringVar(&o.config, "config", "se", "se (one endpoint per process) or me (one per thread)")
 	fs.StringVar(&o.transport, "transport", "", "between processes: \"\" (automatic), shm or tcp")
-	mb := fs.Int("mb", 256, "MiB of records each process generates")
-	fs.IntVar(&o.record, "record", 100, "bytes per record (at least 16)")
+	mb := fs.Int("mb", 256, "MiB of records each process generates (repartition, broadcast)")
+	fs.IntVar(&o.record, "record", 100, "bytes per record, at least 16 (repartition, broadcast)")
+	fs.IntVar(&o.orders, "orders", 200000, "orders per process (join; about 4 line items each)")
 	fs.IntVar(&o.buffer, "buffer", 16<<10, "bytes per transmission buffer, the batching threshold (the socket version batches to it too)")
 	fs.IntVar(&o.depth, "depth", 0, "buffers in flight per connection (0: the package's default, 32)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per measurement")
@@ -88,8 +96,8 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 	}
 	o.impls, o.bytes = strings.Split(*impls, ","), int64(*mb)<<20
-	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || (o.config != "se" && o.config != "me") {
-		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads ≥ 1, -record ≥ 16, -mb ≥ 1, -config se|me")
+	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || o.orders < 1 || (o.config != "se" && o.config != "me") {
+		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders ≥ 1, -record ≥ 16, -mb ≥ 1, -config se|me")
 		return 2
 	}
 	rs, err := runShuffle(o, stderr)
@@ -98,13 +106,33 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	for _, r := range rs {
-		if o.asJSON {
+		switch {
+		case o.asJSON:
 			json.NewEncoder(stdout).Encode(r)
-		} else {
+		case r.Pattern == "join":
+			fmt.Fprintf(stdout, "join %s/%s over %s, %d×%d: %.3f s, ok=%v\n", r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Seconds, r.OK)
+		default:
 			fmt.Fprintf(stdout, "%s %s/%s over %s, %d×%d: %.2f GB/s per process, ok=%v\n", r.Pattern, r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.GBPerSPerProc, r.OK)
 		}
 	}
 	return 0
+}
+
+// stage is one all-to-all exchange: every sending thread of every process
+// emits records with their destination process (−1: every process), and
+// the receiving threads consume what arrives (consume(k, rec) for
+// receiver k < receivers(), called concurrently for different k; rec is
+// valid during the call).
+type stage struct {
+	emit    func(th int, send func(rec []byte, dest int) error) error
+	consume func(k int, rec []byte)
+}
+
+// exchanger runs stages over one implementation; receivers is how many
+// concurrent consumers its stages may have.
+type exchanger interface {
+	run(ctx context.Context, st stage) error
+	receivers() int
 }
 
 // runShuffle runs every implementation in one job; rank 0 returns the
@@ -139,15 +167,21 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 	src := dsfabric.ThreadID(f.Rank())
 	var out []ShuffleResult
 	for _, impl := range o.impls {
-		var rep shuffleReport
+		var x exchanger
 		switch impl {
 		case "wr", "rd":
 			d, _ := shuffle.ParseDesign(impl)
-			rep = shuffleOurs(ctx, w, f, o, d)
+			x = &oursExchanger{w: w, f: f, o: o, design: d}
 		case "socket":
-			rep = shuffleSocket(ctx, f, o, hAddr, addrs)
+			x = &socketExchanger{f: f, o: o, hAddr: hAddr, addrs: addrs}
 		default:
 			return nil, fmt.Errorf("unknown -impl %q", impl)
+		}
+		var rep shuffleReport
+		if o.pattern == "join" {
+			rep = runJoin(ctx, x, f.Rank(), o)
+		} else {
+			rep = runPattern(ctx, x, f.Rank(), o)
 		}
 		rep.Rank = f.Rank()
 		b, _ := json.Marshal(rep)
@@ -161,28 +195,36 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		for len(all) < o.procs {
 			select {
 			case r := <-reports:
+				if r.Err != "" {
+					return nil, fmt.Errorf("%s: rank %d: %s", impl, r.Rank, r.Err)
+				}
 				all = append(all, r)
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
-		r := ShuffleResult{Pattern: o.pattern, Impl: impl, Config: o.config, Transport: f.Transports(), Procs: o.procs, Threads: o.threads, Bytes: o.bytes, OK: true}
+		r := ShuffleResult{Pattern: o.pattern, Impl: impl, Config: o.config, Transport: f.Transports(), Procs: o.procs, Threads: o.threads}
 		if impl == "socket" {
 			r.Transport, r.Config = "tcp", "-"
 		}
-		want := make([][2]uint64, o.procs)
-		for _, x := range all {
-			if x.Err != "" {
-				return nil, fmt.Errorf("%s: rank %d: %s", impl, x.Rank, x.Err)
+		if o.pattern == "join" {
+			r.OK = joinChecked(all, o)
+			for _, x := range all {
+				r.Seconds = max(r.Seconds, x.Seconds)
 			}
-			for d, s := range x.Sent {
-				want[d][0] += s[0]
-				want[d][1] += s[1]
+		} else {
+			r.Bytes, r.OK = o.bytes, true
+			want := make([][2]uint64, o.procs)
+			for _, x := range all {
+				for d, s := range x.Sent {
+					want[d][0] += s[0]
+					want[d][1] += s[1]
+				}
+				r.GBPerSPerProc += float64(x.Received) / x.Seconds / 1e9 / float64(o.procs)
 			}
-			r.GBPerSPerProc += float64(x.Received) / x.Seconds / 1e9 / float64(o.procs)
-		}
-		for _, x := range all {
-			r.OK = r.OK && x.Got == want[x.Rank]
+			for _, x := range all {
+				r.OK = r.OK && x.Got == want[x.Rank]
+			}
 		}
 		out = append(out, r)
 	}
@@ -190,15 +232,15 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 }
 
 // genRecords runs fn over thread th's records of one process: the i-th
-// record, its destination process (repartition) and a checksum term.
-func genRecords(o shuffleOpts, rank, th int, fn func(i int, rec []byte, dest int) error) error {
+// record and its destination process (repartition).
+func genRecords(o shuffleOpts, rank, th int, fn func(rec []byte, dest int) error) error {
 	per := o.bytes / int64(o.record) / int64(o.threads)
 	rec := make([]byte, o.record)
 	for i := int64(0); i < per; i++ {
 		binary.LittleEndian.PutUint64(rec, uint64(rank)<<48|uint64(th)<<40|uint64(i))
 		dest := int((uint64(i)*0x9e3779b97f4a7c15 + uint64(th*31+rank)) >> 33 % uint64(o.procs))
 		binary.LittleEndian.PutUint32(rec[8:], uint32(dest))
-		if err := fn(int(i), rec, dest); err != nil {
+		if err := fn(rec, dest); err != nil {
 			return err
 		}
 	}
@@ -241,10 +283,7 @@ func (t *tallies) recv(rec []byte) {
 	t.received += int64(len(rec))
 }
 
-// merge adds u into t under mu.
-func (t *tallies) merge(mu *sync.Mutex, u *tallies) {
-	mu.Lock()
-	defer mu.Unlock()
+func (t *tallies) add(u *tallies) {
 	for d := range u.sent {
 		t.sent[d][0] += u.sent[d][0]
 		t.sent[d][1] += u.sent[d][1]
@@ -254,31 +293,77 @@ func (t *tallies) merge(mu *sync.Mutex, u *tallies) {
 	t.received += u.received
 }
 
-// shuffleOurs runs the pattern over package shuffle's endpoints.
-func shuffleOurs(ctx context.Context, w *shuffle.Wiring, f *dsfabric.Fabric, o shuffleOpts, d shuffle.Design) shuffleReport {
-	e := 1
-	if o.config == "me" {
-		e = o.threads
+// runPattern moves every thread's records by repartition or broadcast.
+func runPattern(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuffleReport {
+	sent := make([]*tallies, o.threads)
+	got := make([]*tallies, x.receivers())
+	for i := range sent {
+		sent[i] = newTallies(o.procs)
 	}
-	eps, err := w.Connect(ctx, f, shuffle.Config{Design: d, BufferBytes: o.buffer, Depth: o.depth}, e, o.threads/e)
+	for i := range got {
+		got[i] = newTallies(o.procs)
+	}
+	start := time.Now()
+	err := x.run(ctx, stage{
+		emit: func(th int, send func([]byte, int) error) error {
+			return genRecords(o, rank, th, func(rec []byte, dest int) error {
+				if o.pattern == "broadcast" {
+					dest = -1
+				}
+				sent[th].send(dest, rec)
+				return send(rec, dest)
+			})
+		},
+		consume: func(k int, rec []byte) { got[k].recv(rec) },
+	})
+	secs := time.Since(start).Seconds()
 	if err != nil {
 		return shuffleReport{Err: err.Error()}
 	}
-	defer eps.Close(ctx)
-	// Repartition: group g is endpoint g. Broadcast: group k is endpoint
-	// k of every process (a thread's records reach each process once).
-	ndest := o.procs * e
-	groups := shuffle.Repartition(ndest)
-	if o.pattern == "broadcast" {
-		groups = make([][]int, e)
-		for k := range groups {
-			for q := 0; q < o.procs; q++ {
-				groups[k] = append(groups[k], q*e+k)
-			}
-		}
+	t := newTallies(o.procs)
+	for _, u := range append(sent, got...) {
+		t.add(u)
 	}
-	t, mu := newTallies(o.procs), &sync.Mutex{}
-	start := time.Now()
+	return shuffleReport{Seconds: secs, Received: t.received, Sent: t.sent, Got: t.got}
+}
+
+// oursExchanger runs stages over package shuffle's endpoints, wired anew
+// for each stage (several stages of one plan do not share connections
+// yet).
+type oursExchanger struct {
+	w      *shuffle.Wiring
+	f      *dsfabric.Fabric
+	o      shuffleOpts
+	design shuffle.Design
+}
+
+func (x *oursExchanger) endpoints() int {
+	if x.o.config == "me" {
+		return x.o.threads
+	}
+	return 1
+}
+
+func (x *oursExchanger) receivers() int { return x.o.threads }
+
+func (x *oursExchanger) run(ctx context.Context, st stage) error {
+	o, e := x.o, x.endpoints()
+	eps, err := x.w.Connect(ctx, x.f, shuffle.Config{Design: x.design, BufferBytes: o.buffer, Depth: o.depth}, e, o.threads/e)
+	if err != nil {
+		return err
+	}
+	defer eps.Close(ctx)
+	// Group q*e+k is endpoint k of process q; broadcast group e+k is
+	// endpoint k of every process (a thread's records reach each process
+	// once).
+	groups := shuffle.Repartition(o.procs * e)
+	for k := 0; k < e; k++ {
+		var all []int
+		for q := 0; q < o.procs; q++ {
+			all = append(all, q*e+k)
+		}
+		groups = append(groups, all)
+	}
 	errs := make(chan error, 2*o.threads)
 	var wg sync.WaitGroup
 	for th := 0; th < o.threads; th++ {
@@ -290,14 +375,11 @@ func shuffleOurs(ctx context.Context, w *shuffle.Wiring, f *dsfabric.Fabric, o s
 				errs <- err
 				return
 			}
-			local := newTallies(o.procs)
-			defer t.merge(mu, local)
-			err = genRecords(o, f.Rank(), th, func(i int, rec []byte, dest int) error {
+			err = st.emit(th, func(rec []byte, dest int) error {
 				g := dest*e + th%e
-				if o.pattern == "broadcast" {
-					g, dest = th%e, -1
+				if dest < 0 {
+					g = o.procs*e + th%e
 				}
-				local.send(dest, rec)
 				return sh.Put(ctx, g, rec)
 			})
 			if cerr := sh.Close(ctx); err == nil {
@@ -311,8 +393,6 @@ func shuffleOurs(ctx context.Context, w *shuffle.Wiring, f *dsfabric.Fabric, o s
 			defer wg.Done()
 			rc := eps.Receivers[th%e].NewReceive()
 			defer rc.Close()
-			local := newTallies(o.procs)
-			defer t.merge(mu, local)
 			for {
 				rec, err := rc.Next(ctx)
 				if err == io.EOF {
@@ -322,17 +402,13 @@ func shuffleOurs(ctx context.Context, w *shuffle.Wiring, f *dsfabric.Fabric, o s
 					errs <- err
 					return
 				}
-				local.recv(rec)
+				st.consume(th, rec)
 			}
 		}()
 	}
 	wg.Wait()
-	secs := time.Since(start).Seconds()
 	close(errs)
-	if err := errors.Join(drain(errs)...); err != nil {
-		return shuffleReport{Err: err.Error()}
-	}
-	return shuffleReport{Seconds: secs, Received: t.received, Sent: t.sent, Got: t.got}
+	return errors.Join(drain(errs)...)
 }
 
 func drain(c chan error) []error {
@@ -343,35 +419,48 @@ func drain(c chan error) []error {
 	return out
 }
 
-// shuffleSocket runs the pattern over plain Go TCP connections, one per
-// pair of processes (itself included), each thread batching records to
-// the buffer size per destination under the connection's lock: the
-// socket baseline of seed 000.
-func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr dsfabric.HandlerID, addrs chan [2]string) shuffleReport {
-	fail := func(err error) shuffleReport { return shuffleReport{Err: err.Error()} }
+// socketExchanger runs stages over plain Go TCP connections, one per pair
+// of processes (itself included), each thread batching records to the
+// buffer size per destination under the connection's lock: the socket
+// baseline of seed 000.
+type socketExchanger struct {
+	f     *dsfabric.Fabric
+	o     shuffleOpts
+	hAddr dsfabric.HandlerID
+	addrs chan [2]string
+}
+
+// receivers: one reader per incoming connection.
+func (x *socketExchanger) receivers() int { return x.o.procs }
+
+func (x *socketExchanger) run(ctx context.Context, st stage) error {
+	o, f := x.o, x.f
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer ln.Close()
 	src := dsfabric.ThreadID(f.Rank())
 	for q := 0; q < o.procs; q++ {
-		if err := f.CallService(src, q, hAddr, []byte(ln.Addr().String()), nil); err != nil {
-			return fail(err)
+		if err := f.CallService(src, q, x.hAddr, []byte(ln.Addr().String()), nil); err != nil {
+			return err
 		}
 	}
 	peers := make([]string, o.procs)
 	for k := 0; k < o.procs; k++ {
-		a := <-addrs
-		var r int
-		fmt.Sscan(a[0], &r)
-		peers[r] = a[1]
+		select {
+		case a := <-x.addrs:
+			var r int
+			fmt.Sscan(a[0], &r)
+			peers[r] = a[1]
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	t, mu := newTallies(o.procs), &sync.Mutex{}
-	// Incoming: one connection from every process; each reader counts
-	// records until the end marker.
+	// Incoming: one connection from every process, read until its end
+	// marker.
 	var rwg sync.WaitGroup
-	rerr := make(chan error, o.procs)
+	rerr := make(chan error, o.procs+1)
 	rwg.Add(o.procs)
 	go func() {
 		for k := 0; k < o.procs; k++ {
@@ -387,10 +476,8 @@ func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr
 				defer rwg.Done()
 				defer c.Close()
 				br := bufio.NewReaderSize(c, o.buffer)
-				local := newTallies(o.procs)
-				defer t.merge(mu, local)
 				var hdr [4]byte
-				rec := make([]byte, 0, o.record)
+				var rec []byte
 				for {
 					if _, err := io.ReadFull(br, hdr[:]); err != nil {
 						rerr <- err
@@ -400,17 +487,19 @@ func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr
 					if n == ^uint32(0) {
 						return
 					}
+					if uint32(cap(rec)) < n {
+						rec = make([]byte, n)
+					}
 					rec = rec[:n]
 					if _, err := io.ReadFull(br, rec); err != nil {
 						rerr <- err
 						return
 					}
-					local.recv(rec)
+					st.consume(k, rec)
 				}
 			}()
 		}
 	}()
-	start := time.Now()
 	type conn struct {
 		mu sync.Mutex
 		c  net.Conn
@@ -419,7 +508,7 @@ func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr
 	for q, a := range peers {
 		c, err := net.Dial("tcp", a)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		conns[q] = &conn{c: c}
 	}
@@ -430,8 +519,6 @@ func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr
 		go func() {
 			defer wg.Done()
 			bufs := make([][]byte, o.procs)
-			local := newTallies(o.procs)
-			defer t.merge(mu, local)
 			flush := func(q int) error {
 				if len(bufs[q]) == 0 {
 					return nil
@@ -453,12 +540,10 @@ func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr
 				bufs[q] = append(bufs[q], rec...)
 				return nil
 			}
-			err := genRecords(o, f.Rank(), th, func(i int, rec []byte, dest int) error {
-				if o.pattern != "broadcast" {
-					local.send(dest, rec)
+			err := st.emit(th, func(rec []byte, dest int) error {
+				if dest >= 0 {
 					return add(dest, rec)
 				}
-				local.send(-1, rec)
 				for q := range bufs {
 					if err := add(q, rec); err != nil {
 						return err
@@ -483,13 +568,9 @@ func shuffleSocket(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, hAddr
 		c.c.(*net.TCPConn).CloseWrite()
 	}
 	rwg.Wait()
-	secs := time.Since(start).Seconds()
 	for _, c := range conns {
 		c.c.Close()
 	}
 	close(rerr)
-	if err := errors.Join(append(drain(serr), drain(rerr)...)...); err != nil {
-		return fail(err)
-	}
-	return shuffleReport{Seconds: secs, Received: t.received, Sent: t.sent, Got: t.got}
+	return errors.Join(append(drain(serr), drain(rerr)...)...)
 }
