@@ -3,7 +3,6 @@ package shuffle_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 
 	"github.com/seriema-go/seriema/dtutils"
@@ -47,6 +46,7 @@ func Example() {
 		}
 	}
 	words := []string{"apple", "banana", "avocado", "blueberry", "apricot", "cherry"}
+	closed := make(chan error, len(senders))
 	for a, s := range senders {
 		sh, _ := s.NewShuffle(shuffle.Repartition(2))
 		for i, w := range words {
@@ -54,20 +54,19 @@ func Example() {
 				sh.Put(ctx, int(w[0])%2, []byte(w)) // 'a', 'c' → 1; 'b' → 0
 			}
 		}
-		go sh.Close(ctx) // sends Depleted once everything is consumed
+		go func() { closed <- sh.Close(ctx) }() // Depleted; returns once all is consumed
 	}
 	for b, r := range receivers {
-		rc := r.NewReceive()
 		var got []string
-		for {
-			rec, err := rc.Next(ctx)
-			if err == io.EOF {
-				break
-			}
+		r.NewReceive().Each(ctx, func(rec []byte) error {
 			got = append(got, string(rec))
-		}
+			return nil
+		})
 		sort.Strings(got)
 		fmt.Println(b, got)
+	}
+	for range senders {
+		<-closed // before the processes close under them
 	}
 	// Output:
 	// 0 [banana blueberry]

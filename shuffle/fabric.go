@@ -225,7 +225,7 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 				remote = append(remote, m.Recv[a*E+b], m.Send[a*E+b])
 			}
 		}
-		if err := connectAll(qps, remote); err != nil {
+		if err := dtutils.ConnectAll(qps, remote); err != nil {
 			return fail(fmt.Errorf("shuffle: connecting to rank %d: %w", q, err))
 		}
 		back := wireMsg{Round: 2, Endpoints: E}
@@ -270,7 +270,7 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 func wireSelf(out *Endpoints, m wireMsg, send, recv [][]dtutils.QueuePair, E, r int) error {
 	for a := 0; a < E; a++ {
 		for b := 0; b < E; b++ {
-			if err := connectAll([]dtutils.QueuePair{send[a][b], recv[b][a]}, [][]byte{recv[b][a].Endpoint(), send[a][b].Endpoint()}); err != nil {
+			if err := dtutils.ConnectAll([]dtutils.QueuePair{send[a][b], recv[b][a]}, [][]byte{recv[b][a].Endpoint(), send[a][b].Endpoint()}); err != nil {
 				return err
 			}
 			back, err := out.Senders[a].Attach(r*E+b, send[a][b], m.Offers[a*E+b])
@@ -291,17 +291,4 @@ func grid(n int) [][]dtutils.QueuePair {
 		g[i] = make([]dtutils.QueuePair, n)
 	}
 	return g
-}
-
-// connectAll connects qps[i] to remote[i] at once: each Connect may wait
-// for the far side's.
-func connectAll(qps []dtutils.QueuePair, remote [][]byte) error {
-	errs := make([]error, len(qps))
-	var wg sync.WaitGroup
-	for i := range qps {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = qps[i].Connect(remote[i]) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

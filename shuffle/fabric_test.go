@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"sync"
 	"testing"
 	"time"
@@ -150,20 +149,9 @@ func repartitionHere(ctx context.Context, eps *Endpoints, rank, threads, perThre
 		}()
 		go func() {
 			defer wg.Done()
-			rc := eps.Receivers[th%E].NewReceive()
-			defer rc.Close()
-			for {
-				rec, err := rc.Next(ctx)
-				if err == io.EOF {
-					return
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+			err := eps.Receivers[th%E].NewReceive().Each(ctx, func(rec []byte) error {
 				if d := int(binary.LittleEndian.Uint32(rec[12:])); d != rank*E+th%E {
-					errs <- fmt.Errorf("endpoint %d got a record for %d", rank*E+th%E, d)
-					return
+					return fmt.Errorf("endpoint %d got a record for %d", rank*E+th%E, d)
 				}
 				var tl tally
 				tl.add(rec)
@@ -171,6 +159,10 @@ func repartitionHere(ctx context.Context, eps *Endpoints, rank, threads, perThre
 				got[th%E][0]++
 				got[th%E][1] += tl.sum
 				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				errs <- err
 			}
 		}()
 	}

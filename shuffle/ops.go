@@ -163,6 +163,24 @@ func (rc *Receive) Next(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// Each calls fn on every record until every source is depleted (then it
+// returns nil), fn returns an error, or one occurs; it closes rc.
+func (rc *Receive) Each(ctx context.Context, fn func(rec []byte) error) error {
+	defer rc.Close()
+	for {
+		rec, err := rc.Next(ctx)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+}
+
 // release hands the current buffer back.
 func (rc *Receive) release() error {
 	if !rc.have {

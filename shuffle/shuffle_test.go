@@ -211,21 +211,10 @@ func (j *job) run(t *testing.T, ctx context.Context, spec runSpec) {
 			go func() { // a receiving thread
 				defer wg.Done()
 				ep := r*e + th%e
-				rc := j.receivers[r][th%e].NewReceive()
-				defer rc.Close()
-				for {
-					rec, err := rc.Next(ctx)
-					if err == io.EOF {
-						return
-					}
-					if err != nil {
-						errs <- fmt.Errorf("receiver %d: %w", ep, err)
-						return
-					}
+				err := j.receivers[r][th%e].NewReceive().Each(ctx, func(rec []byte) error {
 					g := int(binary.LittleEndian.Uint32(rec[12:]))
 					if !containsInt(groups[g], ep) {
-						errs <- fmt.Errorf("receiver %d got a record of group %d %v", ep, g, groups[g])
-						return
+						return fmt.Errorf("got a record of group %d %v", g, groups[g])
 					}
 					gotMu.Lock()
 					got[ep].add(rec)
@@ -233,6 +222,10 @@ func (j *job) run(t *testing.T, ctx context.Context, spec runSpec) {
 					if spec.slow > 0 {
 						time.Sleep(spec.slow)
 					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("receiver %d: %w", ep, err)
 				}
 			}()
 		}

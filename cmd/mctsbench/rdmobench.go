@@ -257,7 +257,7 @@ func rdmoTarget(env string, stdin io.Reader, stdout io.Writer) error {
 	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
 		return err
 	}
-	if err := connectAll(qps, remote); err != nil {
+	if err := dtutils.ConnectAll(qps, remote); err != nil {
 		return err
 	}
 	io.Copy(io.Discard, in) // serve until the initiators are done
@@ -427,7 +427,7 @@ func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 	if len(w.inst.Endpoints) != len(qps) {
 		return nil, fmt.Errorf("target answered %d endpoints for %d queue pairs", len(w.inst.Endpoints), len(qps))
 	}
-	if err := connectAll(qps, w.inst.Endpoints); err != nil {
+	if err := dtutils.ConnectAll(qps, w.inst.Endpoints); err != nil {
 		return nil, err
 	}
 	for i := range w.sides {
@@ -458,19 +458,6 @@ func newRDMOWorld(transport string, k, n int) (w *rdmoWorld, err error) {
 		s.ref, s.refMem = q[2], mustMemory(scratch, rdmo.RDMAScratch, 8)
 	}
 	return w, nil
-}
-
-// connectAll connects qps[i] to remote[i], all at once: the far side
-// connects its own at the same time, and each Connect may wait for it.
-func connectAll(qps []dtutils.QueuePair, remote [][]byte) error {
-	errs := make([]error, len(qps))
-	var wg sync.WaitGroup
-	for i := range qps {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = qps[i].Connect(remote[i]) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 func mustMemory(r *alloc.Region, off, n int) alloc.Memory {

@@ -391,18 +391,11 @@ func (x *oursExchanger) run(ctx context.Context, st stage) error {
 		}()
 		go func() {
 			defer wg.Done()
-			rc := eps.Receivers[th%e].NewReceive()
-			defer rc.Close()
-			for {
-				rec, err := rc.Next(ctx)
-				if err == io.EOF {
-					return
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+			if err := eps.Receivers[th%e].NewReceive().Each(ctx, func(rec []byte) error {
 				st.consume(th, rec)
+				return nil
+			}); err != nil {
+				errs <- err
 			}
 		}()
 	}

@@ -1,0 +1,24 @@
+package dtutils
+
+import (
+	"errors"
+	"sync"
+)
+
+// ConnectAll connects qps[i] to remote[i] (a peer queue pair's Endpoint),
+// all at once: the far sides connect theirs at the same time, and a
+// Connect may wait for its peer's, so connecting them one by one could
+// deadlock two processes wiring to each other.
+func ConnectAll(qps []QueuePair, remote [][]byte) error {
+	if len(qps) != len(remote) {
+		return errors.New("dtutils: ConnectAll needs one remote endpoint per queue pair")
+	}
+	errs := make([]error, len(qps))
+	var wg sync.WaitGroup
+	for i := range qps {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = qps[i].Connect(remote[i]) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
