@@ -381,7 +381,7 @@ func TestRDMOTargetKilled(t *testing.T) {
 // data arrived intact (the join: its result is the single-process one).
 func TestShuffleSmoke(t *testing.T) {
 	for _, c := range [][]string{
-		{"repartition", "-impl", "wr,rd,socket"},
+		{"repartition", "-impl", "wr,rd,socket,memcpy"},
 		{"broadcast", "-impl", "wr,rd,socket", "-threads", "2", "-config", "me", "-transport", "tcp"},
 		{"join", "-impl", "wr,rd,socket", "-threads", "2", "-orders", "5000"},
 	} {
@@ -394,8 +394,8 @@ func TestShuffleSmoke(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 3 {
-				t.Fatalf("%d lines, want 3: %q", len(lines), out.String())
+			if want := strings.Count(c[2], ",") + 1; len(lines) != want {
+				t.Fatalf("%d lines, want %d: %q", len(lines), want, out.String())
 			}
 			for _, l := range lines {
 				var r ShuffleResult
