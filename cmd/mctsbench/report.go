@@ -611,7 +611,9 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %d × %d | %d | %.2f | %v |\n", r.Pattern, r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Bytes>>20, r.GBPerSPerProc, r.OK)
 		switch {
-		case r.Impl == "socket" || r.Impl == "mpi" || r.Impl == "memcpy":
+		case r.Impl == "memcpy": // one ceiling for every pattern
+			peer["repartition/memcpy"], peer["broadcast/memcpy"] = r.GBPerSPerProc, r.GBPerSPerProc
+		case r.Impl == "socket" || r.Impl == "mpi":
 			peer[r.Pattern+"/"+r.Impl] = r.GBPerSPerProc
 		case r.OK && r.Transport != "tcp": // the goals are shm's, beside the peers on one machine
 			best[r.Pattern] = max(best[r.Pattern], r.GBPerSPerProc)
