@@ -139,6 +139,7 @@ type Sender struct {
 	proc     *dtutils.Process
 	cfg      Config
 	region   *alloc.Region
+	grown    []*alloc.Region // buffers added when the users held every one
 	mu       sync.Mutex
 	conns    []*sendConn
 	bufs     []alloc.Memory // transmission buffers
@@ -226,10 +227,10 @@ func (s *Sender) Attach(d int, qp dtutils.QueuePair, offer []byte) ([]byte, erro
 	}
 	c := s.conns[d]
 	c.qp, c.peer, c.ring = qp, qp.PeerRank(), o.loc
-	return offer2(s.cfg, c.creditAt), nil
+	return marshalOffer(s.cfg, c.creditAt), nil
 }
 
-func offer2(cfg Config, loc alloc.Locator) []byte {
+func marshalOffer(cfg Config, loc alloc.Locator) []byte {
 	return offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, loc: loc}.marshal()
 }
 
@@ -261,10 +262,44 @@ func (s *Sender) Acquire(ctx context.Context) (*OutBuffer, error) {
 			s.free = s.free[:n-1]
 			return &OutBuffer{Data: s.bufs[i].Bytes()[:0], idx: i}, nil
 		}
+		if !s.inFlight() {
+			// Every buffer sits in the users' output buffers (many threads,
+			// many groups): none will come back, so waiting would never end.
+			if err := s.grow(); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err := s.waitLocked(ctx, &w, nil); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// inFlight reports whether any buffer is sent and not yet consumed; mu is
+// held.
+func (s *Sender) inFlight() bool {
+	for _, c := range s.conns {
+		if len(c.held) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// grow adds Depth buffers to the pool, in a region of their own; mu is held.
+func (s *Sender) grow() error {
+	r, err := s.proc.Registry().NewRegion(s.cfg.Depth*s.cfg.BufferBytes, alloc.RegionConfig{Name: "shuffle-send"})
+	if err != nil {
+		return fmt.Errorf("shuffle: more send buffers: %w", err)
+	}
+	s.grown = append(s.grown, r)
+	for i := 0; i < s.cfg.Depth; i++ {
+		m, _ := r.Memory(i*s.cfg.BufferBytes, s.cfg.BufferBytes)
+		s.free = append(s.free, len(s.bufs))
+		s.bufs, s.refs = append(s.bufs, m), append(s.refs, 0)
+	}
+	return nil
 }
 
 // waitLocked waits a round with mu released, probing the connections in
@@ -435,6 +470,9 @@ func (s *Sender) Close(ctx context.Context) error {
 		err = s.depleteLocked(ctx)
 	}
 	s.proc.Registry().Release(s.region)
+	for _, r := range s.grown {
+		s.proc.Registry().Release(r)
+	}
 	return err
 }
 
@@ -550,7 +588,7 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 
 // Offer returns what source i's sender needs (its Attach's offer).
 func (r *Receiver) Offer(i int) []byte {
-	return offer2(r.cfg, r.srcs[i].ringMem.Locator())
+	return marshalOffer(r.cfg, r.srcs[i].ringMem.Locator())
 }
 
 // Attach wires source i: qp is connected to the sender's queue pair for

@@ -390,3 +390,14 @@ func TestConfigAndOffers(t *testing.T) {
 		t.Errorf("group naming a missing destination: %v", err)
 	}
 }
+
+// TestManyHeldBuffers: threads sharing one endpoint hold an output buffer
+// per group each, more than the pool's Depth per destination; the sender
+// grows its pool instead of waiting for buffers that will not come back.
+func TestManyHeldBuffers(t *testing.T) {
+	j := newJob(t, transports[0].make, 2, 1, 4, Config{BufferBytes: 256, Depth: 1})
+	// Four threads, eight multicast groups over two destinations: up to 32
+	// buffers held at once, with a pool of Depth×2+1 = 3.
+	groups := [][]int{{0}, {1}, {0, 1}, {1, 0}, {0}, {1}, {0, 1}, {1}}
+	j.run(t, testCtx(t), runSpec{threads: 4, records: func(int, int) int { return 100 }, dest: hashDest, groups: func(int) [][]int { return groups }})
+}
