@@ -128,10 +128,14 @@ type stage struct {
 	consume func(k int, rec []byte)
 }
 
-// exchanger runs stages over one implementation; receivers is how many
-// concurrent consumers its stages may have.
+// exchanger runs the stages of a plan over one implementation: open sets
+// up n stages' connections before the clock starts (a plan's operators are
+// opened before it runs), run runs stage i, close releases them;
+// receivers is how many concurrent consumers its stages may have.
 type exchanger interface {
-	run(ctx context.Context, st stage) error
+	open(ctx context.Context, n int) error
+	run(ctx context.Context, i int, st stage) error
+	close(ctx context.Context)
 	receivers() int
 }
 
@@ -179,13 +183,24 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 			return nil, fmt.Errorf("unknown -impl %q", impl)
 		}
 		var rep shuffleReport
+		stages := 1
+		if o.pattern == "join" {
+			stages = 2
+		}
 		switch {
 		case impl == "memcpy":
 			rep = runMemcpy(f.Rank(), o)
-		case o.pattern == "join":
-			rep = runJoin(ctx, x, f.Rank(), o)
 		default:
-			rep = runPattern(ctx, x, f.Rank(), o)
+			if err := x.open(ctx, stages); err != nil {
+				rep = shuffleReport{Err: err.Error()}
+				break
+			}
+			if o.pattern == "join" {
+				rep = runJoin(ctx, x, f.Rank(), o)
+			} else {
+				rep = runPattern(ctx, x, f.Rank(), o)
+			}
+			x.close(ctx)
 		}
 		rep.Rank = f.Rank()
 		b, _ := json.Marshal(rep)
@@ -349,7 +364,7 @@ func runPattern(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuff
 		got[i] = newTallies(o.procs)
 	}
 	start := time.Now()
-	err := x.run(ctx, stage{
+	err := x.run(ctx, 0, stage{
 		emit: func(th int, send func([]byte, int) error) error {
 			return genRecords(o, rank, th, func(rec []byte, dest int) error {
 				if o.pattern == "broadcast" {
@@ -372,14 +387,34 @@ func runPattern(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuff
 	return shuffleReport{Seconds: secs, Received: t.received, Sent: t.sent, Got: t.got}
 }
 
-// oursExchanger runs stages over package shuffle's endpoints, wired anew
-// for each stage (several stages of one plan do not share connections
-// yet).
+// oursExchanger runs stages over package shuffle's endpoints, a wired set
+// per stage (several stages of one plan do not share connections yet).
 type oursExchanger struct {
 	w      *shuffle.Wiring
 	f      *dsfabric.Fabric
 	o      shuffleOpts
 	design shuffle.Design
+	eps    []*shuffle.Endpoints
+}
+
+func (x *oursExchanger) open(ctx context.Context, n int) error {
+	e := x.endpoints()
+	for i := 0; i < n; i++ {
+		eps, err := x.w.Connect(ctx, x.f, shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth}, e, x.o.threads/e)
+		if err != nil {
+			x.close(ctx)
+			return err
+		}
+		x.eps = append(x.eps, eps)
+	}
+	return nil
+}
+
+func (x *oursExchanger) close(ctx context.Context) {
+	for _, e := range x.eps {
+		e.Close(ctx)
+	}
+	x.eps = nil
 }
 
 func (x *oursExchanger) endpoints() int {
@@ -391,13 +426,8 @@ func (x *oursExchanger) endpoints() int {
 
 func (x *oursExchanger) receivers() int { return x.o.threads }
 
-func (x *oursExchanger) run(ctx context.Context, st stage) error {
-	o, e := x.o, x.endpoints()
-	eps, err := x.w.Connect(ctx, x.f, shuffle.Config{Design: x.design, BufferBytes: o.buffer, Depth: o.depth}, e, o.threads/e)
-	if err != nil {
-		return err
-	}
-	defer eps.Close(ctx)
+func (x *oursExchanger) run(ctx context.Context, i int, st stage) error {
+	o, e, eps := x.o, x.endpoints(), x.eps[i]
 	// Group q*e+k is endpoint k of process q; broadcast group e+k is
 	// endpoint k of every process (a thread's records reach each process
 	// once).
@@ -458,20 +488,30 @@ func drain(c chan error) []error {
 }
 
 // socketExchanger runs stages over plain Go TCP connections, one per pair
-// of processes (itself included), each thread batching records to the
-// buffer size per destination under the connection's lock: the socket
-// baseline of seed 000.
+// of processes (itself included) and stage, each thread batching records
+// to the buffer size per destination under the connection's lock: the
+// socket baseline of seed 000.
 type socketExchanger struct {
 	f     *dsfabric.Fabric
 	o     shuffleOpts
 	hAddr dsfabric.HandlerID
 	addrs chan [2]string
+	out   [][]*sockConn // [stage][destination process]
+	in    [][]net.Conn  // [stage][source process]
+}
+
+type sockConn struct {
+	mu sync.Mutex
+	c  net.Conn
 }
 
 // receivers: one reader per incoming connection.
 func (x *socketExchanger) receivers() int { return x.o.procs }
 
-func (x *socketExchanger) run(ctx context.Context, st stage) error {
+// open connects every process to every process once per stage; each
+// connection starts with its stage and source rank (2 × u16) so that the
+// accepting side files it.
+func (x *socketExchanger) open(ctx context.Context, n int) error {
 	o, f := x.o, x.f
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -495,60 +535,98 @@ func (x *socketExchanger) run(ctx context.Context, st stage) error {
 			return ctx.Err()
 		}
 	}
-	// Incoming: one connection from every process, read until its end
-	// marker.
-	var rwg sync.WaitGroup
-	rerr := make(chan error, o.procs+1)
-	rwg.Add(o.procs)
+	x.in, x.out = make([][]net.Conn, n), make([][]*sockConn, n)
+	for i := range x.in {
+		x.in[i], x.out[i] = make([]net.Conn, o.procs), make([]*sockConn, o.procs)
+	}
+	accepted := make(chan error, 1)
 	go func() {
-		for k := 0; k < o.procs; k++ {
+		for k := 0; k < n*o.procs; k++ {
 			c, err := ln.Accept()
 			if err != nil {
-				rerr <- err
-				for ; k < o.procs; k++ {
-					rwg.Done()
-				}
+				accepted <- err
 				return
 			}
-			go func() {
-				defer rwg.Done()
-				defer c.Close()
-				br := bufio.NewReaderSize(c, o.buffer)
-				var hdr [4]byte
-				var rec []byte
-				for {
-					if _, err := io.ReadFull(br, hdr[:]); err != nil {
-						rerr <- err
-						return
-					}
-					n := binary.LittleEndian.Uint32(hdr[:])
-					if n == ^uint32(0) {
-						return
-					}
-					if uint32(cap(rec)) < n {
-						rec = make([]byte, n)
-					}
-					rec = rec[:n]
-					if _, err := io.ReadFull(br, rec); err != nil {
-						rerr <- err
-						return
-					}
-					st.consume(k, rec)
-				}
-			}()
+			var hdr [4]byte
+			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+				accepted <- err
+				return
+			}
+			i, r := int(binary.LittleEndian.Uint16(hdr[:])), int(binary.LittleEndian.Uint16(hdr[2:]))
+			if i >= n || r >= o.procs || x.in[i][r] != nil {
+				accepted <- fmt.Errorf("socket peer: connection for stage %d from rank %d", i, r)
+				return
+			}
+			x.in[i][r] = c
 		}
+		accepted <- nil
 	}()
-	type conn struct {
-		mu sync.Mutex
-		c  net.Conn
-	}
-	conns := make([]*conn, o.procs)
-	for q, a := range peers {
-		c, err := net.Dial("tcp", a)
-		if err != nil {
-			return err
+	for i := 0; i < n; i++ {
+		for q, a := range peers {
+			c, err := net.Dial("tcp", a)
+			if err != nil {
+				return err
+			}
+			var hdr [4]byte
+			binary.LittleEndian.PutUint16(hdr[:], uint16(i))
+			binary.LittleEndian.PutUint16(hdr[2:], uint16(f.Rank()))
+			if _, err := c.Write(hdr[:]); err != nil {
+				return err
+			}
+			x.out[i][q] = &sockConn{c: c}
 		}
-		conns[q] = &conn{c: c}
+	}
+	return <-accepted
+}
+
+func (x *socketExchanger) close(ctx context.Context) {
+	for i := range x.out {
+		for _, c := range x.out[i] {
+			if c != nil {
+				c.c.Close()
+			}
+		}
+		for _, c := range x.in[i] {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	x.in, x.out = nil, nil
+}
+
+func (x *socketExchanger) run(ctx context.Context, i int, st stage) error {
+	o, conns := x.o, x.out[i]
+	// Incoming: one reader per source, until its end marker.
+	var rwg sync.WaitGroup
+	rerr := make(chan error, o.procs)
+	for k, c := range x.in[i] {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			br := bufio.NewReaderSize(c, o.buffer)
+			var hdr [4]byte
+			var rec []byte
+			for {
+				if _, err := io.ReadFull(br, hdr[:]); err != nil {
+					rerr <- err
+					return
+				}
+				n := binary.LittleEndian.Uint32(hdr[:])
+				if n == ^uint32(0) {
+					return
+				}
+				if uint32(cap(rec)) < n {
+					rec = make([]byte, n)
+				}
+				rec = rec[:n]
+				if _, err := io.ReadFull(br, rec); err != nil {
+					rerr <- err
+					return
+				}
+				st.consume(k, rec)
+			}
+		}()
 	}
 	var wg sync.WaitGroup
 	serr := make(chan error, o.threads)
@@ -603,12 +681,8 @@ func (x *socketExchanger) run(ctx context.Context, st stage) error {
 	close(serr)
 	for _, c := range conns {
 		c.c.Write([]byte{0xff, 0xff, 0xff, 0xff})
-		c.c.(*net.TCPConn).CloseWrite()
 	}
 	rwg.Wait()
-	for _, c := range conns {
-		c.c.Close()
-	}
 	close(rerr)
 	return errors.Join(append(drain(serr), drain(rerr)...)...)
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // The join of mctsbench shuffle: a TPC-H Q3/Q4-shaped query over two
-// generated tables, in two shuffle stages.
+// generated tables, in two shuffle stages (both opened before the clock
+// starts, as a plan's operators are).
 //
 //	SELECT o_priority, SUM(l_price * (100 - l_discount))
 //	FROM orders JOIN lineitem ON o_orderkey = l_orderkey
@@ -87,7 +88,7 @@ type joinSide struct {
 func runJoin(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuffleReport {
 	start := time.Now()
 	sides := make([]joinSide, x.receivers())
-	err := x.run(ctx, stage{
+	err := x.run(ctx, 0, stage{
 		emit: func(th int, send func([]byte, int) error) error { return joinRows(o, rank, th, send) },
 		consume: func(k int, rec []byte) {
 			if len(rec) != 14 {
@@ -131,7 +132,7 @@ func runJoin(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuffleR
 	// Stage 2: the partial sums to the owner of each group.
 	var mu sync.Mutex
 	final := make([]uint64, joinPriorities)
-	err = x.run(ctx, stage{
+	err = x.run(ctx, 1, stage{
 		emit: func(th int, send func([]byte, int) error) error {
 			if th != 0 {
 				return nil
