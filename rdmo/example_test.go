@@ -53,3 +53,41 @@ func Example() {
 	// beta
 	// rdmo: unknown or revoked capability rdmo: unknown or revoked capability
 }
+
+// Direct mode: processes on one machine that trust each other let the
+// initiator run lock-free methods itself on the mapped instance. The first
+// RDMO on a capability asks the engine where the instance lies; the rest
+// send nothing (Stats), and revocation still reaches them.
+func Example_direct() {
+	fabric := dtutils.NewLoopFabric() // shm between two processes works the same
+	target, _ := dtutils.NewProcess(dtutils.DefaultProcessConfig(0))
+	defer target.Close()
+	initiator, _ := dtutils.NewProcess(dtutils.DefaultProcessConfig(1))
+	defer initiator.Close()
+	qa, _ := fabric.NewProvider(initiator).NewQueuePair()
+	qb, _ := fabric.NewProvider(target).NewQueuePair()
+	qa.Connect(qb.Endpoint())
+	qb.Connect(qa.Endpoint())
+
+	engine, _ := rdmo.NewEngine(target, rdmo.EngineConfig{Direct: true})
+	rdmo.RegisterBuiltins(engine)
+	region, _ := target.Registry().NewRegion(4096, alloc.RegionConfig{Name: "sums"})
+	mem, _ := region.Memory(0, 4096)
+	rdmo.InitAccumulator(mem.Bytes(), []uint64{0, 1}, 2)
+	sums, _ := engine.Create(rdmo.AccumulatorType, mem)
+
+	client, _ := rdmo.NewClient(initiator, rdmo.ClientConfig{Direct: true}, qa)
+	defer client.Close()
+	rdmo.RegisterBuiltins(client) // the client runs the same method bodies
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		client.ScatterAndAccumulate(ctx, sums, []rdmo.KeyDelta{{Key: 0, Delta: 1}, {Key: 1, Delta: 2}})
+	}
+	fmt.Printf("%v %+v\n", rdmo.Accumulators(mem.Bytes()), client.Stats())
+	engine.Revoke(sums)
+	_, _, err := client.ScatterAndAccumulate(ctx, sums, []rdmo.KeyDelta{{Key: 0, Delta: 1}})
+	fmt.Println(err)
+	// Output:
+	// [10 20] {Engine:1 Direct:10}
+	// rdmo: unknown or revoked capability
+}
