@@ -57,3 +57,24 @@ func FuzzRecords(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWireMsg: a wiring message from a peer (JSON) is refused with
+// ErrBadOffer or has lists sized for its endpoint count; never a panic.
+func FuzzWireMsg(f *testing.F) {
+	f.Add([]byte(`{"round":1,"endpoints":1,"send":["AA=="],"recv":["AA=="],"offers":["AA=="]}`))
+	f.Add([]byte(`{"round":2,"endpoints":2,"offers":["","","",""]}`))
+	f.Add([]byte(`{"round":1,"endpoints":65536}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := parseWireMsg(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadOffer) {
+				t.Fatal(err)
+			}
+			return
+		}
+		n := m.Endpoints * m.Endpoints
+		if len(m.Offers) != n || m.Round == 1 && (len(m.Send) != n || len(m.Recv) != n) {
+			t.Fatalf("accepted %+v", m)
+		}
+	})
+}
