@@ -105,29 +105,21 @@ const (
 	hotYield = 100 * time.Microsecond
 )
 
-func (w *waiter) wait(ctx context.Context, proc *dtutils.Process, links func(func(*link))) error {
+// wait waits one round; probe says the links waited on are due a check
+// (the caller probes them, under its own lock).
+func (w *waiter) wait(ctx context.Context, proc *dtutils.Process) (probe bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	proc.Progress()
 	if w.lastProbe.IsZero() {
 		w.lastProbe = time.Now()
 	} else if time.Since(w.lastProbe) >= probeEvery {
-		w.lastProbe = time.Now()
-		var err error
-		links(func(l *link) {
-			l.probe()
-			if err == nil {
-				err = l.err
-			}
-		})
-		if err != nil {
-			return err
-		}
+		w.lastProbe, probe = time.Now(), true
 	}
 	w.hw.Spin, w.hw.Yield, w.hw.Idle = hotSpin, hotYield, proc.Idle
 	w.hw.Wait()
-	return nil
+	return probe, nil
 }
 
 // Sender is a SEND endpoint (seed 004, §4.2): it hands out registered
@@ -302,29 +294,23 @@ func (s *Sender) grow() error {
 	return nil
 }
 
-// waitLocked waits a round with mu released, probing the connections in
-// waitOn (all when nil).
-func (s *Sender) waitLocked(ctx context.Context, w *waiter, waitOn []*sendConn) error {
+// waitLocked waits a round with mu released, then probes, when due, the
+// connection it waits on (every one when only is nil); mu is held.
+func (s *Sender) waitLocked(ctx context.Context, w *waiter, only *sendConn) error {
 	s.mu.Unlock()
-	defer s.mu.Lock()
-	return w.wait(ctx, s.proc, func(f func(*link)) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, c := range s.conns {
-			if c.qp != nil && (waitOn == nil || contains(waitOn, c)) {
-				f(&c.link)
+	probe, err := w.wait(ctx, s.proc)
+	s.mu.Lock()
+	if err != nil || !probe {
+		return err
+	}
+	for _, c := range s.conns {
+		if c.qp != nil && (only == nil || c == only) {
+			if c.probe(); c.err != nil {
+				return c.err
 			}
 		}
-	})
-}
-
-func contains(cs []*sendConn, c *sendConn) bool {
-	for _, x := range cs {
-		if x == c {
-			return true
-		}
 	}
-	return false
+	return nil
 }
 
 // retire frees the buffers every holder has consumed; mu is held.
@@ -388,7 +374,7 @@ func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, deple
 			if c.err != nil {
 				return c.err
 			}
-			if err := s.waitLocked(ctx, &w, []*sendConn{c}); err != nil {
+			if err := s.waitLocked(ctx, &w, c); err != nil {
 				return err
 			}
 			s.retire()
@@ -629,18 +615,20 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 			return In{}, io.EOF
 		}
 		r.mu.Unlock()
-		err := w.wait(ctx, r.proc, func(f func(*link)) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			for _, s := range r.srcs {
-				if s.qp != nil && !s.ended {
-					f(&s.link)
-				}
-			}
-		})
+		probe, err := w.wait(ctx, r.proc)
 		r.mu.Lock()
 		if err != nil {
 			return In{}, err
+		}
+		for _, s := range r.srcs {
+			if !probe {
+				break
+			}
+			if s.qp != nil && !s.ended {
+				if s.probe(); s.err != nil {
+					return In{}, s.err
+				}
+			}
 		}
 	}
 }
@@ -708,8 +696,13 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 		if s.err != nil {
 			return nil, s.err
 		}
-		if err := w.wait(ctx, r.proc, func(f func(*link)) { f(&s.link) }); err != nil {
+		// mu stays held: the read is this thread's to finish.
+		probe, err := w.wait(ctx, r.proc)
+		if err != nil {
 			return nil, err
+		}
+		if probe {
+			s.probe()
 		}
 	}
 	return dst.Bytes(), nil
@@ -769,14 +762,14 @@ func (r *Receiver) Close(ctx context.Context) error {
 				break
 			}
 			r.mu.Unlock()
-			err = w.wait(ctx, r.proc, func(f func(*link)) {
-				r.mu.Lock()
-				defer r.mu.Unlock()
-				f(&s.link)
-			})
+			var probe bool
+			probe, err = w.wait(ctx, r.proc)
 			r.mu.Lock()
 			if err != nil {
 				break
+			}
+			if probe {
+				s.probe()
 			}
 		}
 	}
