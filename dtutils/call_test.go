@@ -14,20 +14,8 @@ import (
 // extraPair connects one more pair of queue pairs between a's and b's providers.
 func extraPair(t *testing.T, a, b side) (QueuePair, QueuePair) {
 	t.Helper()
-	qa, err := a.prov.NewQueuePair()
+	qa, qb, err := ConnectPair(a.prov, b.prov)
 	if err != nil {
-		t.Fatal(err)
-	}
-	qb, err := b.prov.NewQueuePair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- qb.Connect(qa.Endpoint()) }()
-	if err := qa.Connect(qb.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
 	return qa, qb

@@ -22,3 +22,24 @@ func ConnectAll(qps []QueuePair, remote [][]byte) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// ConnectPair makes a queue pair on a and one on b and connects them to
+// each other (the two ends of one connection, as tests and single-program
+// setups want them).
+func ConnectPair(a, b Provider) (QueuePair, QueuePair, error) {
+	qa, err := a.NewQueuePair()
+	if err != nil {
+		return nil, nil, err
+	}
+	qb, err := b.NewQueuePair()
+	if err != nil {
+		qa.Close()
+		return nil, nil, err
+	}
+	if err := ConnectAll([]QueuePair{qa, qb}, [][]byte{qb.Endpoint(), qa.Endpoint()}); err != nil {
+		qa.Close()
+		qb.Close()
+		return nil, nil, err
+	}
+	return qa, qb, nil
+}

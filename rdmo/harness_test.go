@@ -139,20 +139,8 @@ func newWorld(t testing.TB, tr testTransport, wc worldConfig) *world {
 // connect joins a new queue pair of a to one of b.
 func connect(t testing.TB, a, b dtutils.Provider) (dtutils.QueuePair, dtutils.QueuePair) {
 	t.Helper()
-	qa, err := a.NewQueuePair()
+	qa, qb, err := dtutils.ConnectPair(a, b)
 	if err != nil {
-		t.Fatal(err)
-	}
-	qb, err := b.NewQueuePair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- qb.Connect(qa.Endpoint()) }()
-	if err := qa.Connect(qb.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
 	return qa, qb

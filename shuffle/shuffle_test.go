@@ -112,20 +112,8 @@ func (j *job) connect(t *testing.T, a, b int) (dtutils.QueuePair, dtutils.QueueP
 	if a == b {
 		pa, pb = j.self[a], j.self[a]
 	}
-	qa, err := pa.NewQueuePair()
+	qa, qb, err := dtutils.ConnectPair(pa, pb)
 	if err != nil {
-		t.Fatal(err)
-	}
-	qb, err := pb.NewQueuePair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- qb.Connect(qa.Endpoint()) }()
-	if err := qa.Connect(qb.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
 	return qa, qb
