@@ -17,7 +17,8 @@ import (
 // at two different cells loses unless it connects first; with one such
 // threat, the only move worth trying is to block it.
 type Solver struct {
-	// MaxNodes bounds the positions a call expands (0: 50 million); past it
+	// MaxNodes bounds the positions one search expands (0: 50 million):
+	// Wins is one search, WinningMoves one per move; past it
 	// the call returns ErrTooHard.
 	MaxNodes int
 
