@@ -143,7 +143,7 @@ func (c *Client) Do(ctx context.Context, cap Capability, method uint16, in []byt
 func (c *Client) DoInto(ctx context.Context, cap Capability, method uint16, in, out []byte) (Code, []byte, error) {
 	if c.cfg.Direct && !c.closed.Load() && len(in) <= c.MaxInput() {
 		if m := c.mapping(ctx, cap); m.typ != nil {
-			if code, o, err, ok := c.runDirect(m, method, in, out); ok {
+			if code, o, ok, err := c.runDirect(m, method, in, out); ok {
 				return code, o, err
 			}
 		}
@@ -174,7 +174,7 @@ func (c *Client) engineDo(ctx context.Context, cap Capability, method uint16, in
 func (c *Client) Start(ctx context.Context, cap Capability, method uint16, in []byte, tag uint64) error {
 	if c.cfg.Direct && !c.closed.Load() && len(in) <= c.MaxInput() {
 		if m := c.mapping(ctx, cap); m.typ != nil {
-			if code, o, err, ok := c.runDirect(m, method, in, nil); ok {
+			if code, o, ok, err := c.runDirect(m, method, in, nil); ok {
 				c.resMu.Lock()
 				c.results = append(c.results, Result{Tag: tag, Code: code, Output: o, Err: err})
 				c.resMu.Unlock()

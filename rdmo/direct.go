@@ -161,22 +161,22 @@ func (c *Client) mapping(ctx context.Context, cap Capability) *mapped {
 // runDirect runs method on m's instance in the calling goroutine, appending
 // its output to out; ok is false when the method is not Direct (the
 // engine runs it).
-func (c *Client) runDirect(m *mapped, method uint16, in, out []byte) (code Code, _ []byte, err error, ok bool) {
+func (c *Client) runDirect(m *mapped, method uint16, in, out []byte) (code Code, _ []byte, ok bool, err error) {
 	var room int
 	if int(method) < len(m.typ.Methods) {
 		if !m.typ.Methods[method].Direct {
-			return 0, out, nil, false
+			return 0, out, false, nil
 		}
 		room = m.typ.Methods[method].MaxOutput
 	}
 	if err := m.mem.Err(); err != nil {
-		return 0, out, fmt.Errorf("%w: %w", ErrTargetLost, err), true
+		return 0, out, true, fmt.Errorf("%w: %w", ErrTargetLost, err)
 	}
 	c.nDirect.Add(1)
 	// Revocation is linearized here: a method that passed this check
 	// finishes, as one already running at the engine does.
 	if m.valid.Load() != m.id {
-		return CodeBadCapability, out, ErrBadCapability, true
+		return CodeBadCapability, out, true, ErrBadCapability
 	}
 	out = slices.Grow(out, room)
 	buf := out[len(out) : len(out)+room]
@@ -184,7 +184,7 @@ func (c *Client) runDirect(m *mapped, method uint16, in, out []byte) (code Code,
 	if code != OK && code < CodeUser {
 		n = 0
 	}
-	return code, out[:len(out)+n], code.Err(), true
+	return code, out[:len(out)+n], true, code.Err()
 }
 
 // ClientStats counts a client's RDMOs by where they ran.
