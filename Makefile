@@ -39,11 +39,11 @@ setup:
 # soak of every primitive, and the bench/peers module's own tests. The
 # ofi provider (build tag ofi, libfabric) is tested by scripts/test-ofi.sh.
 test: setup lint $(BIN)/mctsbench
-	$(GO) test $(TESTFLAGS) ./...
+	GO=$(GO) sh scripts/gotest.sh $(TESTFLAGS) ./...
 	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" sh scripts/test-ofi.sh
-	$(GO) test -count=1 -run 'TestTransmitterHammer' ./dtutils
-	$(GO) test -count=1 -run 'TestOracle' ./mcts/hexgame
-	SERIEMA_FULL=1 $(GO) test -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
+	GO=$(GO) sh scripts/gotest.sh -count=1 -run 'TestTransmitterHammer' ./dtutils
+	GO=$(GO) sh scripts/gotest.sh -count=1 -run 'TestOracle' ./mcts/hexgame
+	SERIEMA_FULL=1 GO=$(GO) sh scripts/gotest.sh -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
 	$(BIN)/mctsbench soak -procs 3 -threads 2 -duration 30s
 	@sh scripts/test-peers.sh
 

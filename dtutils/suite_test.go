@@ -363,6 +363,51 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 			t.Errorf("65th receive in 64 slots: %v", err)
 		}
 	})
+	t.Run("CloseWithWritesInFlight", func(t *testing.T) {
+		// Closing the providers, then releasing the memory at once, while
+		// the target's engine still applies unsignaled writes: the
+		// provider's Close waits for it (tcp once faulted the process,
+		// writing into memory the target's Close had unmapped).
+		for i := 0; i < 20; i++ {
+			pa, pb := newProcess(t, 0, nil), newProcess(t, 1, nil)
+			a, b := mk(t, pa, pb)
+			qa, err := a.NewQueuePair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			qb, err := b.NewQueuePair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- qb.Connect(qa.Endpoint()) }()
+			if err := qa.Connect(qb.Endpoint()); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			ra, err := pa.Registry().NewRegion(4<<20, alloc.RegionConfig{Name: "src"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, err := pb.Registry().NewRegion(4<<20, alloc.RegionConfig{Name: "dst"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, _ := ra.Memory(0, 4<<20)
+			dst, _ := rb.Locator(0, 4<<20)
+			for k := 0; k < 4; k++ {
+				if err := qa.Post(WorkRequest{Op: OpWrite, Local: src, Remote: dst}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b.Close()
+			pb.Close()
+			a.Close()
+			pa.Close()
+		}
+	})
 	t.Run("Close", func(t *testing.T) {
 		a, b := connectPair(t, mk, nil)
 		src := a.mem(t, 0, 8)

@@ -992,5 +992,15 @@ func (q *tcpQP) Close() error {
 	delete(q.prov.qps, q.token)
 	q.prov.mu.Unlock()
 	q.fail(fmt.Errorf("%w: queue pair closed", ErrClosed))
+	// A drain under way (the engine's or a polling thread's) may still be
+	// applying a write into registered memory: wait for it, and make every
+	// later one stop at once, so that the caller may release the memory
+	// when Close returns (the process's Close unmapped it under the engine,
+	// which faulted). Close must therefore not be called from an Operator.
+	q.rx.mu.Lock()
+	if q.rx.err == nil {
+		q.rx.err = fmt.Errorf("%w: queue pair closed", ErrClosed)
+	}
+	q.rx.mu.Unlock()
 	return nil
 }

@@ -24,7 +24,7 @@ if ! command -v "${CC:-gcc}" >/dev/null 2>&1; then
 fi
 $GO vet -tags ofi ./... || exit 1
 # shellcheck disable=SC2086
-$GO test $TESTFLAGS -count=1 -tags ofi ./dtutils ./dsfabric ./riutils ./rdmo ./cmd/mctsbench || exit 1
+GO=$GO sh scripts/gotest.sh $TESTFLAGS -count=1 -tags ofi ./dtutils ./dsfabric ./riutils ./rdmo ./cmd/mctsbench || exit 1
 # libfabric's shm provider: the cross-process tests (atomics, seal
 # visibility, a peer killed mid-stream). The in-process suite passes most
 # runs over shm too, but not every one: after one endpoint of a process
@@ -34,5 +34,5 @@ $GO test $TESTFLAGS -count=1 -tags ofi ./dtutils ./dsfabric ./riutils ./rdmo ./c
 # FI_PROVIDER=shm go test -tags ofi ./dtutils.
 if [ -z "${FI_PROVIDER:-}" ]; then
 	# shellcheck disable=SC2086
-	FI_PROVIDER=shm $GO test $TESTFLAGS -count=1 -tags ofi -run 'TestOFICrossProcess|TestOFIPeerKilled|TestOFIConfig' ./dtutils || exit 1
+	FI_PROVIDER=shm GO=$GO sh scripts/gotest.sh $TESTFLAGS -count=1 -tags ofi -run 'TestOFICrossProcess|TestOFIPeerKilled|TestOFIConfig' ./dtutils || exit 1
 fi
