@@ -231,6 +231,11 @@ type tcpQP struct {
 	// provider runs this same frame engine over libfabric messages.
 	link frameLink
 
+	// applying, when set (tests only), runs before each piece of a
+	// streamed payload is copied into memory: a test holds the engine
+	// there to check that Close waits for it.
+	applying func()
+
 	hint      chan struct{} // Process.Idle: watch now
 	done      chan struct{}
 	closeOnce sync.Once
@@ -704,6 +709,9 @@ func (q *tcpQP) applyBuffered() (bool, error) {
 		if rx.streaming {
 			k := min(rx.w-rx.r, int(rx.cur.payload)-rx.got)
 			if rx.dst != nil && k > 0 {
+				if q.applying != nil {
+					q.applying()
+				}
 				streamCopy(rx.dst, rx.got, rx.buf[rx.r:rx.r+k], &rx.word)
 			}
 			rx.r += k
