@@ -61,6 +61,7 @@ echo "== RDMOs against their one-sided sequences (shm, tcp; ofi-tcp when built)"
 cat "$OUT/rdmo.json"
 echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets and MPI (when mpicc is installed)"
 { "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,socket,memcpy -json
+  "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd -adaptive -json
   "$BIN/mctsbench" shuffle repartition -mb 256 -impl wr,rd -transport tcp -json
   "$BIN/mctsbench" shuffle broadcast -mb 256 -json
   "$BIN/mctsbench" shuffle join -orders 500000 -json

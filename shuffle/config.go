@@ -53,6 +53,29 @@ type Config struct {
 	// per connection at the default buffer size: 2 processes repartitioned
 	// at 1.5 GB/s each with it, 1.0–1.2 with 8); 1…4096.
 	Depth int
+	// Adaptive makes a receiver adapt, per source, the window of buffers
+	// the sender may have in flight (at most Depth) to how fast its
+	// consumers take them (seed 004 §6): a window grows by one when a
+	// consumer waited for a buffer that the window had held back (the
+	// sender marks a buffer sent after it waited for credit), and shrinks
+	// to one more than the buffers it finds waiting beyond the one it
+	// takes (a consumer slower than the producer needs only one buffer
+	// ready). Default false: the window is always Depth (the fixed-depth
+	// mode). It is the receiver's choice; the sender obeys the window
+	// either way. The ring memory is registered for Depth regardless:
+	// the window bounds what is in flight, not what is registered.
+	Adaptive bool
+}
+
+// initialWindow is where an adaptive window starts.
+const initialWindow = 2
+
+// window is the window a receiver grants first.
+func (c Config) window() int {
+	if c.Adaptive {
+		return min(initialWindow, c.Depth)
+	}
+	return c.Depth
 }
 
 // DefaultConfig returns the defaults.

@@ -34,12 +34,25 @@
 //
 // In both, flow control is the receiver's credit: when a buffer is
 // released (and every earlier one of its source), the receiver writes its
-// count of consumed buffers into a word of the sender's memory. A sender
-// keeps at most Config.Depth buffers in flight per connection: past that,
-// PutData and Acquire wait (back-pressure; nothing spills, nothing is
-// dropped). While waiting, both ends drive the transport's progress, back
+// count of consumed buffers and its window into a word of the sender's
+// memory. A sender keeps at most a window of buffers in flight per
+// connection: past that, PutData and Acquire wait (back-pressure; nothing
+// spills, nothing is dropped). While waiting, both ends drive the transport's progress, back
 // off to sleeping, and probe the connections they wait on every 20 ms: a
 // peer that died makes them fail with ErrPeerLost instead of hanging.
+//
+// # Windows: fixed or adaptive (seed 004 §6)
+//
+// By default the window is Config.Depth. With Config.Adaptive the receiver
+// moves each source's window between 1 and Depth with its consumers'
+// pace: it doubles when a consumer waited for a buffer the window held
+// back (the sender marks buffers it had to wait credit for), and over an
+// epoch of a window's worth of buffers without such a wait it gives back
+// all but one of the spare buffers it always found waiting. The seed
+// moves registered buffers between a pool and the connections; here the
+// ring is registered at Depth once and the window bounds what is in
+// flight, which is what decides the throughput (Receiver.Stats counts the
+// moves; mctsbench shuffle -adaptive measures it beside the fixed mode).
 //
 // # Operators (seed 004 §4.3)
 //

@@ -214,16 +214,25 @@ func (s *Sender) Attach(d int, qp dtutils.QueuePair, offer []byte) ([]byte, erro
 		return nil, fmt.Errorf("%w: destination %d of %d, or attached twice", ErrBadConfig, d, len(s.conns))
 	}
 	want := uint64(s.cfg.Depth * s.slotBytes())
-	if o.loc.Length != want || o.loc.Process != qp.PeerRank() {
-		return nil, fmt.Errorf("%w: ring of %d bytes in process %d, want %d bytes in %d", ErrBadOffer, o.loc.Length, o.loc.Process, want, qp.PeerRank())
+	if o.loc.Length != want || o.loc.Process != qp.PeerRank() || o.window < 1 {
+		return nil, fmt.Errorf("%w: ring of %d bytes in process %d and window %d, want %d bytes in %d and a window", ErrBadOffer, o.loc.Length, o.loc.Process, o.window, want, qp.PeerRank())
 	}
 	c := s.conns[d]
 	c.qp, c.peer, c.ring = qp, qp.PeerRank(), o.loc
-	return marshalOffer(s.cfg, c.creditAt), nil
+	c.credit.Store(packCredit(0, o.window))
+	return marshalOffer(s.cfg, c.creditAt, 0), nil
 }
 
-func marshalOffer(cfg Config, loc alloc.Locator) []byte {
-	return offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, loc: loc}.marshal()
+func marshalOffer(cfg Config, loc alloc.Locator, window int) []byte {
+	return offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, window: window, loc: loc}.marshal()
+}
+
+// limit returns the count of buffers the receiver consumed and the highest
+// sequence number c may send: consumed + window, the window clamped to
+// the ring's depth (a larger one would overwrite unconsumed slots).
+func (c *sendConn) limit(depth int) (consumed, limit uint64) {
+	consumed, limit = unpackCredit(c.credit.Load())
+	return consumed, min(limit, consumed+uint64(depth))
 }
 
 func (s *Sender) slotBytes() int { return slotBytes(s.cfg) }
@@ -320,7 +329,7 @@ func (s *Sender) retire() {
 			continue
 		}
 		c.drain()
-		got := c.credit.Load()
+		got, _ := c.limit(s.cfg.Depth)
 		k := 0
 		for ; k < len(c.held) && c.held[k].seq <= got; k++ {
 			b := c.held[k].buf
@@ -370,16 +379,24 @@ func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, deple
 			return fmt.Errorf("%w: destination %d not attached", ErrBadConfig, d)
 		}
 		c := s.conns[d]
-		for c.sent-c.credit.Load() >= uint64(s.cfg.Depth) {
+		var flags uint32
+		if depleted {
+			flags |= flagDepleted
+		}
+		for {
+			if _, limit := c.limit(s.cfg.Depth); c.sent < limit {
+				break
+			}
 			if c.err != nil {
 				return c.err
 			}
+			flags |= flagStalled // the window held this buffer back
 			if err := s.waitLocked(ctx, &w, c); err != nil {
 				return err
 			}
 			s.retire()
 		}
-		if err := s.send(c, b, n, depleted); err != nil {
+		if err := s.send(c, b, n, flags); err != nil {
 			return err
 		}
 	}
@@ -387,7 +404,7 @@ func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, deple
 }
 
 // send writes buffer b (n bytes) into c's next ring slot; mu is held.
-func (s *Sender) send(c *sendConn, b *OutBuffer, n int, depleted bool) error {
+func (s *Sender) send(c *sendConn, b *OutBuffer, n int, flags uint32) error {
 	seq := c.sent + 1
 	slot := int((seq - 1) % uint64(s.cfg.Depth))
 	sb := s.slotBytes()
@@ -401,7 +418,7 @@ func (s *Sender) send(c *sendConn, b *OutBuffer, n int, depleted bool) error {
 				return err
 			}
 		}
-		putHeader(hdr.Bytes(), seq, n, depleted)
+		putHeader(hdr.Bytes(), seq, n, flags)
 		h, _ := hdr.Slice(0, slotHeader)
 		dst, _ := c.ring.Sub(uint64(slot*sb+s.cfg.BufferBytes), slotHeader)
 		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: h, Remote: dst}); err != nil {
@@ -410,7 +427,7 @@ func (s *Sender) send(c *sendConn, b *OutBuffer, n int, depleted bool) error {
 	case RD:
 		loc := s.bufs[b.idx].Locator()
 		loc.AppendBinary(hdr.Bytes()[:0])
-		putHeader(hdr.Bytes()[rdHeaderAt:], seq, n, depleted)
+		putHeader(hdr.Bytes()[rdHeaderAt:], seq, n, flags)
 		d, _ := hdr.Slice(0, rdHeaderAt+slotHeader)
 		dst, _ := c.ring.Sub(uint64(slot*sb), rdHeaderAt+slotHeader)
 		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: d, Remote: dst}); err != nil {
@@ -519,6 +536,9 @@ type Receiver struct {
 	srcs   []*recvSrc
 	rr     int
 	live   int // sources whose Depleted buffer has not come
+	// The adaptive window's moves (Config.Adaptive).
+	grows, shrinks int64
+	maxWindow      int
 }
 
 type recvSrc struct {
@@ -533,6 +553,10 @@ type recvSrc struct {
 	reads    alloc.Memory // RD: Depth buffers to read into
 	posted   uint64       // credit writes posted
 	ended    bool
+	window   int // buffers the sender may have in flight beyond consumed
+	// The adaptive window's epoch: buffers left in it, and the fewest
+	// spare buffers seen in it.
+	epochLeft, minSpare int
 }
 
 // creditRing bounds the credit writes in flight per source.
@@ -557,10 +581,10 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 	if err != nil {
 		return nil, fmt.Errorf("shuffle: receive rings: %w", err)
 	}
-	rc := &Receiver{proc: proc, cfg: cfg, region: r, live: sources}
+	rc := &Receiver{proc: proc, cfg: cfg, region: r, live: sources, maxWindow: cfg.window()}
 	for i := 0; i < sources; i++ {
 		at := i * per
-		s := &recvSrc{next: 1, released: make([]bool, cfg.Depth)}
+		s := &recvSrc{next: 1, released: make([]bool, cfg.Depth), window: cfg.window()}
 		s.ringMem, _ = r.Memory(at, ring)
 		s.ring = s.ringMem.Bytes()
 		s.words, _ = r.Memory(at+ring, 8*creditRing)
@@ -574,7 +598,7 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 
 // Offer returns what source i's sender needs (its Attach's offer).
 func (r *Receiver) Offer(i int) []byte {
-	return marshalOffer(r.cfg, r.srcs[i].ringMem.Locator())
+	return marshalOffer(r.cfg, r.srcs[i].ringMem.Locator(), r.srcs[i].window)
 }
 
 // Attach wires source i: qp is connected to the sender's queue pair for
@@ -607,8 +631,8 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var w waiter
-	for {
-		if in, ok, err := r.take(ctx); ok || err != nil {
+	for waited := false; ; waited = true {
+		if in, ok, err := r.take(ctx, waited); ok || err != nil {
 			return in, err
 		}
 		if r.live == 0 {
@@ -633,8 +657,9 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 	}
 }
 
-// take returns a buffer that has arrived, if any; mu is held.
-func (r *Receiver) take(ctx context.Context) (In, bool, error) {
+// take returns a buffer that has arrived, if any; waited says the caller
+// has waited for one. mu is held.
+func (r *Receiver) take(ctx context.Context, waited bool) (In, bool, error) {
 	n := len(r.srcs)
 	sb := slotBytes(r.cfg)
 	for k := 0; k < n; k++ {
@@ -649,11 +674,14 @@ func (r *Receiver) take(ctx context.Context) (In, bool, error) {
 		if r.cfg.Design == RD {
 			h = at + rdHeaderAt
 		}
-		seq := (*atomic.Uint64)(unsafe.Pointer(&s.ring[h+8]))
-		if seq.Load() != s.next {
+		if !r.arrived(s, s.next) {
 			continue
 		}
-		size, depleted := parseHeader(s.ring[h:])
+		size, flags := parseHeader(s.ring[h:])
+		depleted := flags&flagDepleted != 0
+		if r.cfg.Adaptive {
+			r.adapt(s, waited && flags&flagStalled != 0)
+		}
 		if size > r.cfg.BufferBytes {
 			return In{}, false, fmt.Errorf("%w: source %d sent a %d-byte buffer (at most %d)", ErrBadBuffer, i, size, r.cfg.BufferBytes)
 		}
@@ -677,6 +705,72 @@ func (r *Receiver) take(ctx context.Context) (In, bool, error) {
 		return in, true, nil
 	}
 	return In{}, false, nil
+}
+
+// arrived reports whether buffer seq of s is in its slot.
+func (r *Receiver) arrived(s *recvSrc, seq uint64) bool {
+	at := int((seq-1)%uint64(r.cfg.Depth)) * slotBytes(r.cfg)
+	h := at + r.cfg.BufferBytes
+	if r.cfg.Design == RD {
+		h = at + rdHeaderAt
+	}
+	return (*atomic.Uint64)(unsafe.Pointer(&s.ring[h+8])).Load() == seq
+}
+
+// adapt moves s's window when buffer s.next is taken, after seed 004 §6:
+// the window grows when it starves the consumers, and gives back what they
+// do not need. Growth doubles the window when a consumer waited for a
+// buffer the window had held back (the sender marked it stalled): a
+// starved consumer costs a round trip per buffer, so the window must catch
+// up fast. Shrinking is gentle: over an epoch of a window's worth of
+// buffers taken without starving, the fewest buffers found waiting beyond
+// the one taken (the spare) is what the window could do without, all but
+// one (the seed retires all but one buffer; keeping one spare keeps the
+// next GetData from waiting). The new window reaches the sender with the
+// next credit. mu is held.
+func (r *Receiver) adapt(s *recvSrc, stalled bool) {
+	if stalled {
+		if s.window < r.cfg.Depth {
+			s.window = min(r.cfg.Depth, 2*s.window)
+			r.grows++
+			r.maxWindow = max(r.maxWindow, s.window)
+		}
+		s.epochLeft = 0
+		return
+	}
+	spare := 0
+	for spare < s.window && r.arrived(s, s.next+1+uint64(spare)) {
+		spare++
+	}
+	if s.epochLeft == 0 {
+		s.epochLeft, s.minSpare = s.window, spare
+	}
+	s.minSpare = min(s.minSpare, spare)
+	if s.epochLeft--; s.epochLeft == 0 && s.minSpare > 1 {
+		s.window = max(1, s.window-(s.minSpare-1))
+		r.shrinks++
+	}
+}
+
+// ReceiverStats are the adaptive windows' moves (Config.Adaptive).
+type ReceiverStats struct {
+	// Grows and Shrinks count the windows' moves, over every source.
+	Grows, Shrinks int64
+	// Windows is each source's window now; MaxWindow the largest any
+	// reached.
+	Windows   []int
+	MaxWindow int
+}
+
+// Stats returns the receiver's window statistics.
+func (r *Receiver) Stats() ReceiverStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := ReceiverStats{Grows: r.grows, Shrinks: r.shrinks, MaxWindow: r.maxWindow}
+	for _, s := range r.srcs {
+		st.Windows = append(st.Windows, s.window)
+	}
+	return st
 }
 
 // read pulls an RD buffer from the sender into the slot's read buffer.
@@ -741,7 +835,7 @@ func (r *Receiver) Release(in In) error {
 		r.proc.Progress()
 	}
 	w, _ := s.words.Slice(int(s.posted%creditRing)*8, 8)
-	(*atomic.Uint64)(unsafe.Pointer(&w.Bytes()[0])).Store(s.consumed)
+	(*atomic.Uint64)(unsafe.Pointer(&w.Bytes()[0])).Store(packCredit(s.consumed, s.window))
 	s.posted++
 	return s.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridCredit, Signaled: true, Local: w, Remote: s.credit})
 }

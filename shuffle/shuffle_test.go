@@ -389,3 +389,96 @@ func TestManyHeldBuffers(t *testing.T) {
 	groups := [][]int{{0}, {1}, {0, 1}, {1, 0}, {0}, {1}, {0, 1}, {1}}
 	j.run(t, testCtx(t), runSpec{threads: 4, records: func(int, int) int { return 100 }, dest: hashDest, groups: func(int) [][]int { return groups }})
 }
+
+// TestSection6_AdaptiveWindow (seed 004 §6): an adaptive receiver widens
+// a source's window while its consumer keeps waiting for buffers the
+// window held back, and narrows it once buffers pile up (the consumer
+// paused, then slower than the sender); nothing is lost either way.
+func TestSection6_AdaptiveWindow(t *testing.T) {
+	for _, tr := range transports[1:] {
+		for _, d := range []Design{WR, RD} {
+			t.Run(fmt.Sprintf("%s/%v", tr.name, d), func(t *testing.T) {
+				cfg := Config{Design: d, BufferBytes: 256, Depth: 32, Adaptive: true}
+				j := newJob(t, tr.make, 2, 1, 1, cfg)
+				ctx := testCtx(t)
+				const fast, slow = 4000, 100
+				sendErr := make(chan error, 1)
+				go func() {
+					s := j.senders[0][0]
+					for i := 0; i < fast+slow; i++ {
+						b, err := s.Acquire(ctx)
+						if err == nil {
+							b.Data = binary.LittleEndian.AppendUint64(b.Data, uint64(i))
+							err = s.PutData(ctx, b, []int{1}, false)
+						}
+						if err != nil {
+							sendErr <- err
+							return
+						}
+					}
+					sendErr <- s.Close(ctx)
+				}()
+				// Process 1's sender sends nothing; process 0's receiver gets
+				// only the two Depleted buffers.
+				otherErr := make(chan error, 2)
+				go func() { otherErr <- j.senders[1][0].Close(ctx) }()
+				go func() { otherErr <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
+				r := j.receivers[1][0]
+				take := func(i int) {
+					in, err := r.GetData(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if in.Src == 1 && in.Depleted && len(in.Data) == 0 { // process 1's end
+						r.Release(in)
+						if in, err = r.GetData(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if in.Src != 0 || len(in.Data) != 8 || binary.LittleEndian.Uint64(in.Data) != uint64(i) {
+						t.Fatalf("buffer %d: source %d, %d bytes %x", i, in.Src, len(in.Data), in.Data)
+					}
+					if err := r.Release(in); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := 0; i < fast; i++ {
+					take(i)
+				}
+				grown := r.Stats()
+				if grown.Grows == 0 || grown.MaxWindow <= initialWindow {
+					t.Errorf("a consumer waiting on its sender: %d grows, largest window %d (starts at %d)", grown.Grows, grown.MaxWindow, initialWindow)
+				}
+				time.Sleep(20 * time.Millisecond) // the sender fills the window
+				for i := fast; i < fast+slow; i++ {
+					take(i)
+					time.Sleep(time.Millisecond)
+				}
+				slowed := r.Stats()
+				if slowed.Shrinks <= grown.Shrinks || slowed.Windows[0] > initialWindow {
+					t.Errorf("a consumer slower than its sender: window %d after %d shrinks (%d before), want ≤ %d", slowed.Windows[0], slowed.Shrinks, grown.Shrinks, initialWindow)
+				}
+				t.Logf("fast: %d grows, %d shrinks, window up to %d; slow: window %d, %d shrinks", grown.Grows, grown.Shrinks, grown.MaxWindow, slowed.Windows[0], slowed.Shrinks)
+				// The stream still ends.
+				for {
+					in, err := r.GetData(ctx)
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(in.Data) > 0 || !in.Depleted {
+						t.Fatalf("a buffer past the last: %x", in.Data)
+					}
+					r.Release(in)
+				}
+				for _, c := range []chan error{sendErr, otherErr, otherErr} {
+					if err := <-c; err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -14,13 +14,14 @@ import (
 // Offer: what one end of a connection tells the other when they are wired
 // (Receiver.Offer, Sender.Attach):
 //
-//	0 u8 version (1)   1 u8 design   2 u16 reserved
-//	4 u32 depth        8 u32 buffer bytes   12 u32 reserved
+//	0 u8 version (2)   1 u8 design   2 u16 reserved
+//	4 u32 depth        8 u32 buffer bytes
+//	12 u32 window: the receiver's first window (1…depth); 0 from a sender
 //	16 locator (alloc.Locator, 32 bytes): the receiver's ring, or the
 //	   sender's credit word
 const (
 	offerSize    = 48
-	wireVersion  = 1
+	wireVersion  = 2
 	slotHeader   = 16 // a ring slot's header
 	rdSlotBytes  = 64 // an RD ring slot: the buffer's locator and a header
 	rdHeaderAt   = alloc.LocatorSize
@@ -30,6 +31,7 @@ const (
 type offer struct {
 	design       Design
 	depth, bytes int
+	window       int // the receiver's first window; 0 in a sender's offer
 	loc          alloc.Locator
 }
 
@@ -38,15 +40,19 @@ func (o offer) marshal() []byte {
 	b[0], b[1] = wireVersion, byte(o.design)
 	binary.LittleEndian.PutUint32(b[4:], uint32(o.depth))
 	binary.LittleEndian.PutUint32(b[8:], uint32(o.bytes))
+	binary.LittleEndian.PutUint32(b[12:], uint32(o.window))
 	o.loc.AppendBinary(b[16:16])
 	return b
 }
 
 func parseOffer(b []byte, cfg Config) (offer, error) {
-	if len(b) != offerSize || b[0] != wireVersion || binary.LittleEndian.Uint16(b[2:]) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
+	if len(b) != offerSize || b[0] != wireVersion || binary.LittleEndian.Uint16(b[2:]) != 0 {
 		return offer{}, fmt.Errorf("%w: %d bytes", ErrBadOffer, len(b))
 	}
-	o := offer{design: Design(b[1]), depth: int(binary.LittleEndian.Uint32(b[4:])), bytes: int(binary.LittleEndian.Uint32(b[8:]))}
+	o := offer{design: Design(b[1]), depth: int(binary.LittleEndian.Uint32(b[4:])), bytes: int(binary.LittleEndian.Uint32(b[8:])), window: int(binary.LittleEndian.Uint32(b[12:]))}
+	if o.window > o.depth {
+		return offer{}, fmt.Errorf("%w: window %d past depth %d", ErrBadOffer, o.window, o.depth)
+	}
 	if err := o.loc.UnmarshalBinary(b[16:]); err != nil {
 		return offer{}, fmt.Errorf("%w: %w", ErrBadOffer, err)
 	}
@@ -65,25 +71,46 @@ func parseOffer(b []byte, cfg Config) (offer, error) {
 //	  written): the last word, so that it lands last (dtutils' write
 //	  visibility rule); the receiver polls it.
 //
+// Flag bit 1 (stalled): the sender waited for credit before sending this
+// buffer, so the window held it back (the adaptive receiver grows the
+// window when a consumer waited for it).
+//
 // WR slot (BufferBytes+64 bytes): the data at 0, the header at BufferBytes;
 // the sender writes the data, then the header, in order on one queue pair.
 // RD slot (64 bytes): the locator of the buffer in the sender's memory at
 // 0 (32 bytes), the header at 32, written as one 48-byte write; the
 // receiver then reads the data from the sender.
-const flagDepleted = 1
+const (
+	flagDepleted = 1
+	flagStalled  = 2
+)
 
-func putHeader(b []byte, seq uint64, n int, depleted bool) {
+func putHeader(b []byte, seq uint64, n int, flags uint32) {
 	binary.LittleEndian.PutUint32(b, uint32(n))
-	var f uint32
-	if depleted {
-		f = flagDepleted
-	}
-	binary.LittleEndian.PutUint32(b[4:], f)
+	binary.LittleEndian.PutUint32(b[4:], flags)
 	binary.LittleEndian.PutUint64(b[8:], seq)
 }
 
-func parseHeader(b []byte) (n int, depleted bool) {
-	return int(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:])&flagDepleted != 0
+func parseHeader(b []byte) (n int, flags uint32) {
+	return int(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:])
+}
+
+// Credit word, a u64 in the sender's memory written by the receiver:
+// bits 0–39 the count of buffers from this sender consumed (released in
+// order), bits 40–63 the window. The sender may send buffer n when
+// n ≤ consumed + window. Before the first write it holds the receiver's
+// first window (from its offer) and a count of 0.
+const creditCountBits = 40
+
+func packCredit(consumed uint64, window int) uint64 {
+	return consumed&(1<<creditCountBits-1) | uint64(window)<<creditCountBits
+}
+
+// unpackCredit returns the count consumed and the highest sequence number
+// the sender may send.
+func unpackCredit(v uint64) (consumed, limit uint64) {
+	consumed = v & (1<<creditCountBits - 1)
+	return consumed, consumed + v>>creditCountBits
 }
 
 // A buffer holds records, each a u32 length and its bytes, back to back.

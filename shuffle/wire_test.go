@@ -3,6 +3,7 @@ package shuffle
 import (
 	"bytes"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -12,7 +13,7 @@ import (
 // marshalled, or is refused with ErrBadOffer; never a panic.
 func FuzzOffer(f *testing.F) {
 	cfg := DefaultConfig()
-	good := offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes,
+	good := offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, window: 2,
 		loc: alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 2}, Offset: 64, Length: 4096, Key: 7}}.marshal()
 	f.Add(good)
 	f.Add(good[:20])
@@ -23,6 +24,9 @@ func FuzzOffer(f *testing.F) {
 				t.Fatal(err)
 			}
 			return
+		}
+		if o.window < 0 || o.window > o.depth {
+			t.Fatalf("accepted window %d with depth %d", o.window, o.depth)
 		}
 		if again := o.marshal(); !bytes.Equal(again, b) {
 			t.Fatalf("offer %x does not round-trip (%x)", b, again)
@@ -77,4 +81,24 @@ func FuzzWireMsg(f *testing.F) {
 			t.Fatalf("accepted %+v", m)
 		}
 	})
+}
+
+// TestCreditWord: the credit word carries the count consumed and the
+// window; the sender's limit never lets a window past the ring's depth
+// overwrite a slot not yet consumed.
+func TestCreditWord(t *testing.T) {
+	for _, c := range []struct {
+		consumed uint64
+		window   int
+	}{{0, 1}, {5, 32}, {1<<creditCountBits - 1, 4096}} {
+		got, limit := unpackCredit(packCredit(c.consumed, c.window))
+		if got != c.consumed || limit != c.consumed+uint64(c.window) {
+			t.Errorf("%+v: consumed %d, limit %d", c, got, limit)
+		}
+	}
+	sc := sendConn{credit: new(atomic.Uint64)}
+	sc.credit.Store(packCredit(10, 1<<20)) // a corrupt window
+	if _, limit := sc.limit(32); limit != 42 {
+		t.Errorf("window past the depth: limit %d, want 42", limit)
+	}
 }

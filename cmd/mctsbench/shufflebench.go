@@ -21,9 +21,12 @@ import (
 // ShuffleResult is one line of mctsbench shuffle: one pattern and
 // implementation, the figures of every process of the job.
 type ShuffleResult struct {
-	Pattern   string `json:"pattern"` // repartition, broadcast or join
-	Impl      string `json:"impl"`    // wr, rd (package shuffle), socket (plain Go TCP) or mpi (bench/mpi)
-	Config    string `json:"config"`  // se or me
+	Pattern string `json:"pattern"` // repartition, broadcast or join
+	Impl    string `json:"impl"`    // wr, rd (package shuffle), socket (plain Go TCP) or mpi (bench/mpi)
+	Config  string `json:"config"`  // se or me
+	// Buffers is fixed (a window of Depth buffers per connection) or
+	// adaptive (seed 004 §6); empty for the peers.
+	Buffers   string `json:"buffers,omitempty"`
 	Transport string `json:"transport"`
 	Procs     int    `json:"procs"`
 	Threads   int    `json:"threads"`
@@ -61,12 +64,12 @@ type shuffleOpts struct {
 	bytes                      int64
 	orders                     int
 	buffer, depth              int
-	asJSON                     bool
+	adaptive, asJSON           bool
 }
 
 func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "repartition" && args[0] != "broadcast" && args[0] != "join") {
-		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-json]")
+		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-adaptive] [-json]")
 		return 2
 	}
 	o := shuffleOpts{pattern: args[0]}
@@ -82,6 +85,7 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.orders, "orders", 200000, "orders per process (join; about 4 line items each)")
 	fs.IntVar(&o.buffer, "buffer", 16<<10, "bytes per transmission buffer, the batching threshold (the socket version batches to it too)")
 	fs.IntVar(&o.depth, "depth", 0, "buffers in flight per connection (0: the package's default, 32)")
+	fs.BoolVar(&o.adaptive, "adaptive", false, "adaptive windows (seed 004 §6) instead of a fixed depth (wr, rd)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per measurement")
 	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -224,6 +228,11 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		}
 		r := ShuffleResult{Pattern: o.pattern, Impl: impl, Config: o.config, Transport: f.Transports(), Procs: o.procs, Threads: o.threads}
 		switch impl {
+		case "wr", "rd":
+			r.Buffers = "fixed"
+			if o.adaptive {
+				r.Buffers = "adaptive"
+			}
 		case "socket":
 			r.Transport, r.Config = "tcp", "-"
 		case "memcpy":
@@ -400,7 +409,7 @@ type oursExchanger struct {
 func (x *oursExchanger) open(ctx context.Context, n int) error {
 	e := x.endpoints()
 	for i := 0; i < n; i++ {
-		eps, err := x.w.Connect(ctx, x.f, shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth}, e, x.o.threads/e)
+		eps, err := x.w.Connect(ctx, x.f, shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth, Adaptive: x.o.adaptive}, e, x.o.threads/e)
 		if err != nil {
 			x.close(ctx)
 			return err
