@@ -67,6 +67,9 @@
 // time until every source is depleted (io.EOF).
 //
 // Records in a buffer are a u32 length and the bytes, back to back.
+// TypedShuffle and TypedReceive move values of any type instead, through a
+// Codec (Append to encode, Decode to check and decode: a record the codec
+// refuses is an ErrBadBuffer error, and the stream goes on).
 //
 // # Not built yet (issue 18)
 //
