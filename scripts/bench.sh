@@ -60,9 +60,9 @@ echo "== RDMOs against their one-sided sequences (shm, tcp; ofi-tcp when built)"
   if [ -x "$BIN/mctsbench-ofi" ]; then FI_PROVIDER=tcp "$BIN/mctsbench-ofi" rdmo -transports ofi -json; fi; } > "$OUT/rdmo.json"
 cat "$OUT/rdmo.json"
 echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets and MPI (when mpicc is installed)"
-{ "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,socket,memcpy -json
-  "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd -adaptive -json
-  "$BIN/mctsbench" shuffle repartition -mb 256 -impl wr,rd -transport tcp -json
+{ "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,sr,socket,memcpy -json
+  "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,sr -adaptive -json
+  "$BIN/mctsbench" shuffle repartition -mb 256 -impl wr,rd,sr -transport tcp -json
   "$BIN/mctsbench" shuffle broadcast -mb 256 -json
   "$BIN/mctsbench" shuffle join -orders 500000 -json
   if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then

@@ -12,7 +12,7 @@ import (
 // 100-byte records, one sending and one receiving thread each; bytes are
 // the records each process sends.
 func BenchmarkRepartition(b *testing.B) {
-	for _, d := range []Design{WR, RD} {
+	for _, d := range []Design{WR, RD, SR} {
 		for _, depth := range []int{8, 32} {
 			b.Run(fmt.Sprintf("%v/depth=%d", d, depth), func(b *testing.B) {
 				j := newJob(&testing.T{}, transports[1].make, 2, 1, 1, Config{Design: d, Depth: depth})

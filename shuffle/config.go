@@ -15,6 +15,15 @@ const (
 	// its memory) into the receiver's ring; the receiver pulls the buffer
 	// with a one-sided read, then returns the credit as WR does.
 	RD
+	// SR: two-sided. The receiver posts receive buffers (Depth per source)
+	// on its process's shared receive queue; the sender sends each buffer
+	// with one Send whose immediate names the source and carries the
+	// flags; the receiver returns credits by Send too (seed 004's SR with
+	// credits in messages). An SR endpoint needs a dtutils.Process of its
+	// own: every receive completion of that process is taken as the
+	// endpoint's, and its ReceiveSlots must hold Depth buffers per
+	// connection (Wiring makes such processes).
+	SR
 )
 
 func (d Design) String() string {
@@ -23,19 +32,23 @@ func (d Design) String() string {
 		return "wr"
 	case RD:
 		return "rd"
+	case SR:
+		return "sr"
 	}
 	return fmt.Sprintf("Design(%d)", uint8(d))
 }
 
-// ParseDesign parses "wr" or "rd".
+// ParseDesign parses "wr", "rd" or "sr".
 func ParseDesign(s string) (Design, error) {
 	switch s {
 	case "wr":
 		return WR, nil
 	case "rd":
 		return RD, nil
+	case "sr":
+		return SR, nil
 	}
-	return 0, fmt.Errorf("%w: design %q (want wr or rd)", ErrBadConfig, s)
+	return 0, fmt.Errorf("%w: design %q (want wr, rd or sr)", ErrBadConfig, s)
 }
 
 // Config configures an endpoint. Zero fields mean their defaults. Both
@@ -98,7 +111,7 @@ func (c Config) withDefaults() Config {
 func (c Config) VerifyConfig() error {
 	c = c.withDefaults()
 	switch {
-	case c.Design != WR && c.Design != RD:
+	case c.Design != WR && c.Design != RD && c.Design != SR:
 		return fmt.Errorf("%w: Design %d", ErrBadConfig, c.Design)
 	case c.BufferBytes < 64 || c.BufferBytes > 16<<20 || c.BufferBytes%8 != 0:
 		return fmt.Errorf("%w: BufferBytes %d (want 64…16 MiB, a multiple of 8)", ErrBadConfig, c.BufferBytes)

@@ -31,11 +31,19 @@
 //   - RD: the sender writes only a descriptor (the buffer's locator and
 //     the header) into the slot; the receiver pulls the data with a
 //     one-sided read.
+//   - SR: two-sided. The receiver's buffers are posted receives (Depth
+//     per source) of its process's shared receive queue; the sender sends
+//     each buffer with one Send whose immediate carries its source index
+//     and flags; the receiver posts a released buffer again and returns
+//     credits in messages (Sends), batched to a quarter of the window and
+//     flushed before it waits. An SR endpoint needs a dtutils.Process of
+//     its own (every receive completion of it is taken as the
+//     endpoint's); Wiring makes them.
 //
-// In both, flow control is the receiver's credit: when a buffer is
-// released (and every earlier one of its source), the receiver writes its
-// count of consumed buffers and its window into a word of the sender's
-// memory. A sender keeps at most a window of buffers in flight per
+// In all three, flow control is the receiver's credit: when a buffer is
+// released (and every earlier one of its source), the receiver gives the
+// sender its count of consumed buffers and its window (WR, RD: written
+// into a word of the sender's memory; SR: sent). A sender keeps at most a window of buffers in flight per
 // connection: past that, PutData and Acquire wait (back-pressure; nothing
 // spills, nothing is dropped). While waiting, both ends drive the transport's progress, back
 // off to sleeping, and probe the connections they wait on every 20 ms: a
@@ -73,9 +81,6 @@
 //
 // # Not built yet (issue 18)
 //
-// The send/receive design with inlined credits (SR), the adaptive buffer
-// management of seed 004 §6, several operators multiplexed on one
-// connection per pair of processes (seed 000's multi-stage), wiring
-// through dsfabric, cmd/shufflebench with its socket and MPI peers, and
-// the typed record helper.
+// Several operators multiplexed on one connection per pair of processes
+// (seed 000's multi-stage): each stage wires endpoints of its own today.
 package shuffle

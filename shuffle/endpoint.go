@@ -141,6 +141,10 @@ type Sender struct {
 	unopened int  // operators not yet started
 	done     bool // Depleted sent
 	w        waiter
+	// SR: the receive buffers credit messages land in, Depth per
+	// destination (each Release may send one).
+	creditBufs alloc.Memory
+	cq         [16]dtutils.Completion
 }
 
 type sendConn struct {
@@ -151,6 +155,7 @@ type sendConn struct {
 	hdrs     alloc.Memory // Depth header (or RD descriptor) sources
 	sent     uint64
 	held     []held // buffers sent and not yet consumed, in order
+	index    int    // SR: this sender's source index at the receiver
 }
 
 type held struct {
@@ -179,7 +184,14 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 	}
 	nb := cfg.Depth*dests + 1
 	hdrBytes := 64 + cfg.Depth*rdSlotBytes // the credit word's line, then the header sources
-	r, err := proc.Registry().NewRegion(nb*cfg.BufferBytes+dests*hdrBytes, alloc.RegionConfig{Name: "shuffle-send"})
+	credits := 0
+	if cfg.Design == SR {
+		credits = dests * cfg.Depth
+		if err := srSlots(proc, credits); err != nil {
+			return nil, err
+		}
+	}
+	r, err := proc.Registry().NewRegion(nb*cfg.BufferBytes+dests*hdrBytes+credits*creditBytes, alloc.RegionConfig{Name: "shuffle-send"})
 	if err != nil {
 		return nil, fmt.Errorf("shuffle: send buffers: %w", err)
 	}
@@ -196,6 +208,15 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 		c.creditAt, _ = r.Locator(at, 8)
 		c.hdrs, _ = r.Memory(at+64, cfg.Depth*rdSlotBytes)
 		s.conns = append(s.conns, c)
+	}
+	if credits > 0 {
+		s.creditBufs, _ = r.Memory(nb*cfg.BufferBytes+dests*hdrBytes, credits*creditBytes)
+		for i := 0; i < credits; i++ {
+			if err := s.postCredit(i); err != nil {
+				proc.Registry().Release(r)
+				return nil, err
+			}
+		}
 	}
 	return s, nil
 }
@@ -218,13 +239,13 @@ func (s *Sender) Attach(d int, qp dtutils.QueuePair, offer []byte) ([]byte, erro
 		return nil, fmt.Errorf("%w: ring of %d bytes in process %d and window %d, want %d bytes in %d and a window", ErrBadOffer, o.loc.Length, o.loc.Process, o.window, want, qp.PeerRank())
 	}
 	c := s.conns[d]
-	c.qp, c.peer, c.ring = qp, qp.PeerRank(), o.loc
+	c.qp, c.peer, c.ring, c.index = qp, qp.PeerRank(), o.loc, o.index
 	c.credit.Store(packCredit(0, o.window))
-	return marshalOffer(s.cfg, c.creditAt, 0), nil
+	return marshalOffer(s.cfg, c.creditAt, 0, d), nil
 }
 
-func marshalOffer(cfg Config, loc alloc.Locator, window int) []byte {
-	return offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, window: window, loc: loc}.marshal()
+func marshalOffer(cfg Config, loc alloc.Locator, window, index int) []byte {
+	return offer{design: cfg.Design, depth: cfg.Depth, bytes: cfg.BufferBytes, window: window, index: index, loc: loc}.marshal()
 }
 
 // limit returns the count of buffers the receiver consumed and the highest
@@ -238,8 +259,11 @@ func (c *sendConn) limit(depth int) (consumed, limit uint64) {
 func (s *Sender) slotBytes() int { return slotBytes(s.cfg) }
 
 func slotBytes(cfg Config) int {
-	if cfg.Design == RD {
+	switch cfg.Design {
+	case RD:
 		return rdSlotBytes
+	case SR:
+		return 0 // no ring: the receive buffers are posted
 	}
 	return cfg.BufferBytes + 64
 }
@@ -324,6 +348,9 @@ func (s *Sender) waitLocked(ctx context.Context, w *waiter, only *sendConn) erro
 
 // retire frees the buffers every holder has consumed; mu is held.
 func (s *Sender) retire() {
+	if s.cfg.Design == SR {
+		s.pollCredits()
+	}
 	for _, c := range s.conns {
 		if c.qp == nil {
 			continue
@@ -422,6 +449,11 @@ func (s *Sender) send(c *sendConn, b *OutBuffer, n int, flags uint32) error {
 		h, _ := hdr.Slice(0, slotHeader)
 		dst, _ := c.ring.Sub(uint64(slot*sb+s.cfg.BufferBytes), slotHeader)
 		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: h, Remote: dst}); err != nil {
+			return err
+		}
+	case SR:
+		src, _ := s.bufs[b.idx].Slice(0, n)
+		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpSend, WRID: wridData, Signaled: true, Local: src, Imm: srImm(c.index, flags)}); err != nil {
 			return err
 		}
 	case RD:
@@ -539,6 +571,13 @@ type Receiver struct {
 	// The adaptive window's moves (Config.Adaptive).
 	grows, shrinks int64
 	maxWindow      int
+	// SR: the receive buffers (Depth per source), which source each is
+	// handed out for (source+1; 0 while posted), and the arrivals polled
+	// and not yet handed out, in order.
+	bufs   []alloc.Memory
+	out    []int
+	landed []srArrival
+	cq     [16]dtutils.Completion
 }
 
 type recvSrc struct {
@@ -554,6 +593,10 @@ type recvSrc struct {
 	posted   uint64       // credit writes posted
 	ended    bool
 	window   int // buffers the sender may have in flight beyond consumed
+	// SR: this receiver's destination index at the sender, and the count
+	// consumed that the last credit message carried.
+	index      int
+	creditSent uint64
 	// The adaptive window's epoch: buffers left in it, and the fewest
 	// spare buffers seen in it.
 	epochLeft, minSpare int
@@ -574,8 +617,13 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 	}
 	ring := cfg.Depth * slotBytes(cfg)
 	per := ring + 8*creditRing
-	if cfg.Design == RD {
-		per += cfg.Depth * cfg.BufferBytes
+	if cfg.Design == RD || cfg.Design == SR {
+		per += cfg.Depth * cfg.BufferBytes // RD: read into; SR: receive into
+	}
+	if cfg.Design == SR {
+		if err := srSlots(proc, sources*cfg.Depth); err != nil {
+			return nil, err
+		}
 	}
 	r, err := proc.Registry().NewRegion(sources*per, alloc.RegionConfig{Name: "shuffle-recv"})
 	if err != nil {
@@ -588,17 +636,27 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 		s.ringMem, _ = r.Memory(at, ring)
 		s.ring = s.ringMem.Bytes()
 		s.words, _ = r.Memory(at+ring, 8*creditRing)
-		if cfg.Design == RD {
+		if cfg.Design == RD || cfg.Design == SR {
 			s.reads, _ = r.Memory(at+ring+8*creditRing, cfg.Depth*cfg.BufferBytes)
 		}
 		rc.srcs = append(rc.srcs, s)
+	}
+	if cfg.Design == SR {
+		if err := rc.postAll(); err != nil {
+			proc.Registry().Release(r)
+			return nil, err
+		}
 	}
 	return rc, nil
 }
 
 // Offer returns what source i's sender needs (its Attach's offer).
 func (r *Receiver) Offer(i int) []byte {
-	return marshalOffer(r.cfg, r.srcs[i].ringMem.Locator(), r.srcs[i].window)
+	loc := r.srcs[i].ringMem.Locator()
+	if r.cfg.Design == SR {
+		loc, _ = r.region.Locator(0, 0) // no ring: the receiver's process, nothing in it
+	}
+	return marshalOffer(r.cfg, loc, r.srcs[i].window, i)
 }
 
 // Attach wires source i: qp is connected to the sender's queue pair for
@@ -617,7 +675,7 @@ func (r *Receiver) Attach(i int, qp dtutils.QueuePair, offer []byte) error {
 		return fmt.Errorf("%w: credit word of %d bytes in process %d", ErrBadOffer, o.loc.Length, o.loc.Process)
 	}
 	s := r.srcs[i]
-	s.qp, s.peer, s.credit = qp, qp.PeerRank(), o.loc
+	s.qp, s.peer, s.credit, s.index = qp, qp.PeerRank(), o.loc, o.index
 	return nil
 }
 
@@ -637,6 +695,13 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 		}
 		if r.live == 0 {
 			return In{}, io.EOF
+		}
+		if r.cfg.Design == SR {
+			// Credits held back for batching go out before waiting: the
+			// sender may be waiting for exactly them.
+			if err := r.flushCredits(); err != nil {
+				return In{}, err
+			}
 		}
 		r.mu.Unlock()
 		probe, err := w.wait(ctx, r.proc)
@@ -660,6 +725,9 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 // take returns a buffer that has arrived, if any; waited says the caller
 // has waited for one. mu is held.
 func (r *Receiver) take(ctx context.Context, waited bool) (In, bool, error) {
+	if r.cfg.Design == SR {
+		return r.takeSR(waited)
+	}
 	n := len(r.srcs)
 	sb := slotBytes(r.cfg)
 	for k := 0; k < n; k++ {
@@ -680,7 +748,11 @@ func (r *Receiver) take(ctx context.Context, waited bool) (In, bool, error) {
 		size, flags := parseHeader(s.ring[h:])
 		depleted := flags&flagDepleted != 0
 		if r.cfg.Adaptive {
-			r.adapt(s, waited && flags&flagStalled != 0)
+			spare := 0
+			for spare < s.window && r.arrived(s, s.next+1+uint64(spare)) {
+				spare++
+			}
+			r.adapt(s, waited && flags&flagStalled != 0, spare)
 		}
 		if size > r.cfg.BufferBytes {
 			return In{}, false, fmt.Errorf("%w: source %d sent a %d-byte buffer (at most %d)", ErrBadBuffer, i, size, r.cfg.BufferBytes)
@@ -728,7 +800,7 @@ func (r *Receiver) arrived(s *recvSrc, seq uint64) bool {
 // one (the seed retires all but one buffer; keeping one spare keeps the
 // next GetData from waiting). The new window reaches the sender with the
 // next credit. mu is held.
-func (r *Receiver) adapt(s *recvSrc, stalled bool) {
+func (r *Receiver) adapt(s *recvSrc, stalled bool, spare int) {
 	if stalled {
 		if s.window < r.cfg.Depth {
 			s.window = min(r.cfg.Depth, 2*s.window)
@@ -737,10 +809,6 @@ func (r *Receiver) adapt(s *recvSrc, stalled bool) {
 		}
 		s.epochLeft = 0
 		return
-	}
-	spare := 0
-	for spare < s.window && r.arrived(s, s.next+1+uint64(spare)) {
-		spare++
 	}
 	if s.epochLeft == 0 {
 		s.epochLeft, s.minSpare = s.window, spare
@@ -811,6 +879,9 @@ func (r *Receiver) Release(in In) error {
 		return fmt.Errorf("%w: source %d", ErrBadBuffer, in.Src)
 	}
 	s := r.srcs[in.Src]
+	if r.cfg.Design == SR {
+		return r.releaseSR(s, in)
+	}
 	slot := int((in.seq - 1) % uint64(r.cfg.Depth))
 	if in.seq <= s.consumed || in.seq >= s.next || s.released[slot] {
 		return fmt.Errorf("%w: buffer %d of source %d released twice or never handed out", ErrBadBuffer, in.seq, in.Src)
@@ -824,9 +895,14 @@ func (r *Receiver) Release(in In) error {
 	if s.consumed == before {
 		return nil
 	}
-	// Credit: the count consumed, written into the sender's word. The
-	// local word is reused after creditRing more writes, once its own
-	// write has completed.
+	return r.credit(s)
+}
+
+// credit gives s's sender the count consumed and the window: a one-sided
+// write into its credit word (WR, RD), or a Send (SR). The local word is
+// reused after creditRing more, once its own operation has completed. mu
+// is held.
+func (r *Receiver) credit(s *recvSrc) error {
 	for s.posted-s.link.credits >= creditRing {
 		s.drain()
 		if s.err != nil {
@@ -837,6 +913,10 @@ func (r *Receiver) Release(in In) error {
 	w, _ := s.words.Slice(int(s.posted%creditRing)*8, 8)
 	(*atomic.Uint64)(unsafe.Pointer(&w.Bytes()[0])).Store(packCredit(s.consumed, s.window))
 	s.posted++
+	if r.cfg.Design == SR {
+		s.creditSent = s.consumed
+		return s.post(dtutils.WorkRequest{Op: dtutils.OpSend, WRID: wridCredit, Signaled: true, Local: w, Imm: srImm(s.index, 0)})
+	}
 	return s.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridCredit, Signaled: true, Local: w, Remote: s.credit})
 }
 
@@ -849,8 +929,11 @@ func (r *Receiver) Close(ctx context.Context) error {
 	defer r.mu.Unlock()
 	var w waiter
 	var err error
+	if r.cfg.Design == SR {
+		err = r.flushCredits()
+	}
 	for _, s := range r.srcs {
-		for s.qp != nil && s.err == nil && s.link.credits < s.posted {
+		for err == nil && s.qp != nil && s.err == nil && s.link.credits < s.posted {
 			s.drain()
 			if s.link.credits >= s.posted {
 				break

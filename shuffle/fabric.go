@@ -54,17 +54,21 @@ type Endpoints struct {
 	Senders   []*Sender
 	Receivers []*Receiver
 	provs     []dtutils.Provider
+	procs     []*dtutils.Process // SR: the endpoints' own processes
 }
 
 // Close closes the receivers (waiting for their last credits to land),
-// then the providers Connect made; finish every Sender first
-// (Sender.Close, or its Shuffles).
+// then the providers and processes Connect made; finish every Sender
+// first (Sender.Close, or its Shuffles).
 func (e *Endpoints) Close(ctx context.Context) error {
 	var errs []error
 	for _, r := range e.Receivers {
 		errs = append(errs, r.Close(ctx))
 	}
 	for _, p := range e.provs {
+		errs = append(errs, p.Close())
+	}
+	for _, p := range e.procs {
 		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
@@ -112,34 +116,55 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 		out.Close(ctx)
 		return nil, err
 	}
-	proc := f.Process()
+	// The endpoints' processes: the fabric's, or for SR one each (an SR
+	// endpoint takes its process's shared receive queue for itself).
+	sendProc, recvProc := make([]*dtutils.Process, E), make([]*dtutils.Process, E)
 	for e := 0; e < E; e++ {
-		s, err := NewSender(proc, cfg, p*E, users)
+		sendProc[e], recvProc[e] = f.Process(), f.Process()
+		if cfg.Design == SR {
+			for _, pp := range []**dtutils.Process{&sendProc[e], &recvProc[e]} {
+				pc := dtutils.DefaultProcessConfig(uint32(r))
+				for pc.ReceiveSlots < p*E*cfg.Depth {
+					pc.ReceiveSlots *= 2
+				}
+				proc, err := dtutils.NewProcess(pc)
+				if err != nil {
+					return fail(fmt.Errorf("shuffle: an sr endpoint's process: %w", err))
+				}
+				*pp, out.procs = proc, append(out.procs, proc)
+			}
+		}
+		s, err := NewSender(sendProc[e], cfg, p*E, users)
 		if err != nil {
 			return fail(err)
 		}
-		rc, err := NewReceiver(proc, cfg, p*E)
+		rc, err := NewReceiver(recvProc[e], cfg, p*E)
 		if err != nil {
 			return fail(err)
 		}
 		out.Senders, out.Receivers = append(out.Senders, s), append(out.Receivers, rc)
 	}
-	// Providers: one per transport dsfabric uses to the peers, and loop
-	// for this process's own endpoints.
-	provs := map[string]dtutils.Provider{}
-	provider := func(q int) (dtutils.Provider, error) {
+	// Providers: per endpoint process, one per transport dsfabric uses to
+	// the peers, and loop (one fabric) for this process's own endpoints.
+	type provKey struct {
+		proc *dtutils.Process
+		t    string
+	}
+	provs := map[provKey]dtutils.Provider{}
+	loop := dtutils.NewLoopFabric()
+	provider := func(proc *dtutils.Process, q int) (dtutils.Provider, error) {
 		t := f.Transport(q)
 		if q == r {
 			t = "loop"
 		}
-		if pr, ok := provs[t]; ok {
+		if pr, ok := provs[provKey{proc, t}]; ok {
 			return pr, nil
 		}
 		var pr dtutils.Provider
 		var err error
 		switch t {
 		case "loop":
-			pr = dtutils.NewLoopFabric().NewProvider(proc)
+			pr = loop.NewProvider(proc)
 		case "shm":
 			pr, err = dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: f.Logger()})
 		case "tcp":
@@ -150,7 +175,7 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 		if err != nil {
 			return nil, err
 		}
-		provs[t] = pr
+		provs[provKey{proc, t}] = pr
 		out.provs = append(out.provs, pr)
 		return pr, nil
 	}
@@ -159,14 +184,18 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 	sendQP := make([][][]dtutils.QueuePair, p)
 	recvQP := make([][][]dtutils.QueuePair, p)
 	for q := 0; q < p; q++ {
-		pr, err := provider(q)
-		if err != nil {
-			return fail(err)
-		}
 		sendQP[q], recvQP[q] = grid(E), grid(E)
 		for a := 0; a < E; a++ {
 			for b := 0; b < E; b++ {
-				if sendQP[q][a][b], err = pr.NewQueuePair(); err != nil {
+				ps, err := provider(sendProc[a], q)
+				if err != nil {
+					return fail(err)
+				}
+				pr, err := provider(recvProc[b], q)
+				if err != nil {
+					return fail(err)
+				}
+				if sendQP[q][a][b], err = ps.NewQueuePair(); err != nil {
 					return fail(err)
 				}
 				if recvQP[q][b][a], err = pr.NewQueuePair(); err != nil {

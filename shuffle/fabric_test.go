@@ -31,7 +31,7 @@ func TestWiring(t *testing.T) {
 		transport string
 		e         int
 		design    Design
-	}{{"", 1, WR}, {"tcp", 2, RD}} {
+	}{{"", 1, WR}, {"tcp", 2, RD}, {"", 2, SR}, {"tcp", 1, SR}} {
 		t.Run(fmt.Sprintf("%s-%d-%v", tc.transport, tc.e, tc.design), func(t *testing.T) {
 			const procs, threads, perThread = 2, 2, 400
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -39,44 +39,63 @@ var transports = []struct {
 // job is P processes with E send and E receive endpoints each (E = 1:
 // single endpoint, E = T: one per thread), every send endpoint connected
 // to every receive endpoint. Destination and source indexes are
-// process*E + endpoint.
+// process*E + endpoint. Design SR gives every endpoint a dtutils.Process
+// of its own (of the same rank), as it needs.
 type job struct {
-	procs     []*dtutils.Process
-	provs     []dtutils.Provider // the transport, between processes
-	self      []dtutils.Provider // loop, within a process
+	nodes     [][]*node // per rank: one process, or SR's 2E (senders', then receivers')
 	senders   [][]*Sender
 	receivers [][]*Receiver
 	e         int
+}
+
+// node is a dtutils process with its providers: the transport (between
+// ranks) and loop (within a rank, shared by the rank's processes).
+type node struct {
+	proc       *dtutils.Process
+	prov, self dtutils.Provider
 }
 
 func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutils.Provider, error), p, e, threads int, cfg Config) *job {
 	t.Helper()
 	j := &job{e: e}
 	f := dtutils.NewLoopFabric()
+	cfg = cfg.withDefaults()
+	per, slots := 1, 16
+	if cfg.Design == SR {
+		per, slots = 2*e, 2
+		for slots < p*e*cfg.Depth {
+			slots *= 2
+		}
+	}
 	for r := 0; r < p; r++ {
-		pc := dtutils.DefaultProcessConfig(uint32(r))
-		pc.ReceiveSlots = 16
-		proc, err := dtutils.NewProcess(pc)
-		if err != nil {
-			t.Fatal(err)
+		selfFabric := dtutils.NewLoopFabric()
+		var ns []*node
+		for k := 0; k < per; k++ {
+			pc := dtutils.DefaultProcessConfig(uint32(r))
+			pc.ReceiveSlots = slots
+			proc, err := dtutils.NewProcess(pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prov, err := mk(f, proc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			self := selfFabric.NewProvider(proc)
+			t.Cleanup(func() { prov.Close(); self.Close(); proc.Close() })
+			ns = append(ns, &node{proc: proc, prov: prov, self: self})
 		}
-		prov, err := mk(f, proc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		self := dtutils.NewLoopFabric().NewProvider(proc)
-		t.Cleanup(func() { prov.Close(); self.Close(); proc.Close() })
-		j.procs, j.provs, j.self = append(j.procs, proc), append(j.provs, prov), append(j.self, self)
+		j.nodes = append(j.nodes, ns)
 	}
 	for r := 0; r < p; r++ {
 		var ss []*Sender
 		var rs []*Receiver
 		for k := 0; k < e; k++ {
-			s, err := NewSender(j.procs[r], cfg, p*e, threads/e)
+			s, err := NewSender(j.sendNode(r, k).proc, cfg, p*e, threads/e)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := NewReceiver(j.procs[r], cfg, p*e)
+			rc, err := NewReceiver(j.recvNode(r, k).proc, cfg, p*e)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +107,7 @@ func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutil
 		for ea := 0; ea < e; ea++ {
 			for rb := 0; rb < p; rb++ {
 				for eb := 0; eb < e; eb++ {
-					qa, qb := j.connect(t, ra, rb)
+					qa, qb := j.connect(t, ra, ea, rb, eb)
 					s, rc := j.senders[ra][ea], j.receivers[rb][eb]
 					src, dst := ra*e+ea, rb*e+eb
 					back, err := s.Attach(dst, qa, rc.Offer(src))
@@ -105,12 +124,35 @@ func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutil
 	return j
 }
 
-// connect joins a queue pair of process a to one of process b.
-func (j *job) connect(t *testing.T, a, b int) (dtutils.QueuePair, dtutils.QueuePair) {
+func (j *job) sendNode(r, k int) *node {
+	if len(j.nodes[r]) == 1 {
+		return j.nodes[r][0]
+	}
+	return j.nodes[r][k]
+}
+
+func (j *job) recvNode(r, k int) *node {
+	if len(j.nodes[r]) == 1 {
+		return j.nodes[r][0]
+	}
+	return j.nodes[r][j.e+k]
+}
+
+// kill closes rank r's transport providers: to its peers, it died.
+func (j *job) kill(r int) {
+	for _, n := range j.nodes[r] {
+		n.prov.Close()
+	}
+}
+
+// connect joins a queue pair of rank a's sender ea to one of rank b's
+// receiver eb.
+func (j *job) connect(t *testing.T, a, ea, b, eb int) (dtutils.QueuePair, dtutils.QueuePair) {
 	t.Helper()
-	pa, pb := j.provs[a], j.provs[b]
+	na, nb := j.sendNode(a, ea), j.recvNode(b, eb)
+	pa, pb := na.prov, nb.prov
 	if a == b {
-		pa, pb = j.self[a], j.self[a]
+		pa, pb = na.self, nb.self
 	}
 	qa, qb, err := dtutils.ConnectPair(pa, pb)
 	if err != nil {
@@ -159,7 +201,7 @@ type runSpec struct {
 // got exactly what was meant for it.
 func (j *job) run(t *testing.T, ctx context.Context, spec runSpec) {
 	t.Helper()
-	p, e, T := len(j.procs), j.e, spec.threads
+	p, e, T := len(j.nodes), j.e, spec.threads
 	ndest := p * e
 	groups := spec.groups(ndest)
 	want := make([]tally, ndest)
@@ -255,7 +297,7 @@ func hashDest(proc, th, i, n int) int { return (i*31 + th*7 + proc*13) % n }
 // and the stream ends (Depleted) everywhere.
 func TestSection4_Operators(t *testing.T) {
 	for _, tr := range transports {
-		for _, d := range []Design{WR, RD} {
+		for _, d := range []Design{WR, RD, SR} {
 			for _, me := range []bool{false, true} {
 				cname := "se"
 				e := 1
@@ -280,7 +322,7 @@ func TestSection4_Operators(t *testing.T) {
 // TestEmptyStreams: senders with nothing to send, and partitions nobody
 // sends to, still end every receiver's stream.
 func TestEmptyStreams(t *testing.T) {
-	for _, d := range []Design{WR, RD} {
+	for _, d := range []Design{WR, RD, SR} {
 		t.Run(d.String(), func(t *testing.T) {
 			j := newJob(t, transports[1].make, 3, 1, 2, Config{Design: d, BufferBytes: 256, Depth: 2})
 			j.run(t, testCtx(t), runSpec{
@@ -314,7 +356,7 @@ func TestSlowReceiver(t *testing.T) {
 // instead of hanging.
 func TestDeadPeer(t *testing.T) {
 	for _, tr := range transports[1:] {
-		for _, d := range []Design{WR, RD} {
+		for _, d := range []Design{WR, RD, SR} {
 			t.Run(fmt.Sprintf("%s/%v", tr.name, d), func(t *testing.T) {
 				j := newJob(t, tr.make, 2, 1, 1, Config{Design: d, BufferBytes: 512, Depth: 2})
 				ctx := testCtx(t)
@@ -342,7 +384,7 @@ func TestDeadPeer(t *testing.T) {
 					recvErr <- err
 				}()
 				time.Sleep(50 * time.Millisecond)
-				j.provs[1].Close()
+				j.kill(1)
 				for name, c := range map[string]chan error{"sender": sendErr, "receiver": recvErr} {
 					select {
 					case err := <-c:
@@ -396,7 +438,7 @@ func TestManyHeldBuffers(t *testing.T) {
 // paused, then slower than the sender); nothing is lost either way.
 func TestSection6_AdaptiveWindow(t *testing.T) {
 	for _, tr := range transports[1:] {
-		for _, d := range []Design{WR, RD} {
+		for _, d := range []Design{WR, RD, SR} {
 			t.Run(fmt.Sprintf("%s/%v", tr.name, d), func(t *testing.T) {
 				cfg := Config{Design: d, BufferBytes: 256, Depth: 32, Adaptive: true}
 				j := newJob(t, tr.make, 2, 1, 1, cfg)
@@ -479,6 +521,81 @@ func TestSection6_AdaptiveWindow(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestSRForgedSource: an SR buffer whose immediate names a source that is
+// not the connection it came from (another process's sender) fails the
+// receiver with ErrBadBuffer instead of being counted as that source's.
+func TestSRForgedSource(t *testing.T) {
+	j := newJob(t, transports[1].make, 2, 1, 1, Config{Design: SR, BufferBytes: 256, Depth: 2})
+	s := j.senders[0][0]
+	c := s.conns[1] // process 0's sender → process 1's receiver
+	src, _ := s.bufs[0].Slice(0, 8)
+	// Source index 1 is process 1's own sender at that receiver.
+	if err := c.qp.Post(dtutils.WorkRequest{Op: dtutils.OpSend, Local: src, Imm: srImm(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.receivers[1][0].GetData(testCtx(t)); !errors.Is(err, ErrBadBuffer) {
+		t.Fatalf("a buffer naming another process's source: %v, want ErrBadBuffer", err)
+	}
+}
+
+// TestSRLastCredits: SR batches credits, but a buffer released after its
+// source's Depleted one (another thread still held it) is credited at
+// once: the sender's Close waits for exactly that credit, and no GetData
+// is left to flush it.
+func TestSRLastCredits(t *testing.T) {
+	j := newJob(t, transports[1].make, 2, 1, 1, Config{Design: SR, BufferBytes: 256, Depth: 32})
+	ctx := testCtx(t)
+	errc := make(chan error, 3)
+	go func() { errc <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
+	go func() { errc <- j.senders[1][0].Close(ctx) }()
+	s := j.senders[0][0]
+	b, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Data = append(b.Data, "data"...)
+	if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(ctx) }()
+	r := j.receivers[1][0]
+	var data, end In
+	for data.Data == nil || !end.Depleted {
+		in, err := r.GetData(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case in.Src == 1: // process 1's own end
+			r.Release(in)
+		case in.Depleted:
+			end = in
+		default:
+			data = in
+		}
+	}
+	if err := r.Release(end); err != nil { // the end first, as a second thread might
+		t.Fatal(err)
+	}
+	if err := r.Release(data); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sender's Close still waits for the credit of a buffer released after its end")
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -14,7 +14,10 @@ import (
 // Offer: what one end of a connection tells the other when they are wired
 // (Receiver.Offer, Sender.Attach):
 //
-//	0 u8 version (2)   1 u8 design   2 u16 reserved
+//	0 u8 version (2)   1 u8 design
+//	2 u16 index: SR only, the index the other end knows this end by (a
+//	  receiver's source index for the sender, a sender's destination
+//	  index for the receiver), carried in the immediates of its Sends
 //	4 u32 depth        8 u32 buffer bytes
 //	12 u32 window: the receiver's first window (1…depth); 0 from a sender
 //	16 locator (alloc.Locator, 32 bytes): the receiver's ring, or the
@@ -32,12 +35,14 @@ type offer struct {
 	design       Design
 	depth, bytes int
 	window       int // the receiver's first window; 0 in a sender's offer
+	index        int // SR: this end's index at the other end
 	loc          alloc.Locator
 }
 
 func (o offer) marshal() []byte {
 	b := make([]byte, offerSize)
 	b[0], b[1] = wireVersion, byte(o.design)
+	binary.LittleEndian.PutUint16(b[2:], uint16(o.index))
 	binary.LittleEndian.PutUint32(b[4:], uint32(o.depth))
 	binary.LittleEndian.PutUint32(b[8:], uint32(o.bytes))
 	binary.LittleEndian.PutUint32(b[12:], uint32(o.window))
@@ -46,10 +51,10 @@ func (o offer) marshal() []byte {
 }
 
 func parseOffer(b []byte, cfg Config) (offer, error) {
-	if len(b) != offerSize || b[0] != wireVersion || binary.LittleEndian.Uint16(b[2:]) != 0 {
+	if len(b) != offerSize || b[0] != wireVersion {
 		return offer{}, fmt.Errorf("%w: %d bytes", ErrBadOffer, len(b))
 	}
-	o := offer{design: Design(b[1]), depth: int(binary.LittleEndian.Uint32(b[4:])), bytes: int(binary.LittleEndian.Uint32(b[8:])), window: int(binary.LittleEndian.Uint32(b[12:]))}
+	o := offer{design: Design(b[1]), index: int(binary.LittleEndian.Uint16(b[2:])), depth: int(binary.LittleEndian.Uint32(b[4:])), bytes: int(binary.LittleEndian.Uint32(b[8:])), window: int(binary.LittleEndian.Uint32(b[12:]))}
 	if o.window > o.depth {
 		return offer{}, fmt.Errorf("%w: window %d past depth %d", ErrBadOffer, o.window, o.depth)
 	}
@@ -111,6 +116,22 @@ func packCredit(consumed uint64, window int) uint64 {
 func unpackCredit(v uint64) (consumed, limit uint64) {
 	consumed = v & (1<<creditCountBits - 1)
 	return consumed, consumed + v>>creditCountBits
+}
+
+// SR messages carry no header: a data Send is the buffer's bytes, its
+// immediate the source's index at the receiver (bits 0–15) and the flags
+// (bits 16–31: the slot header's flags); a credit Send is the 8-byte credit
+// word, its immediate the destination's index at the sender.
+const (
+	srIndexBits = 16
+	srIndexMask = 1<<srIndexBits - 1
+	creditBytes = 8
+)
+
+func srImm(index int, flags uint32) uint32 { return uint32(index)&srIndexMask | flags<<srIndexBits }
+
+func parseSRImm(imm uint32) (index int, flags uint32) {
+	return int(imm & srIndexMask), imm >> srIndexBits
 }
 
 // A buffer holds records, each a u32 length and its bytes, back to back.

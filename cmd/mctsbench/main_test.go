@@ -376,14 +376,14 @@ func TestRDMOTargetKilled(t *testing.T) {
 }
 
 // TestShuffleSmoke runs mctsbench shuffle for real, both patterns and the
-// two-stage join, our two designs in both configurations and the socket
+// two-stage join, our three designs in both configurations and the socket
 // peer, with small data: every line has the fields and says the
 // data arrived intact (the join: its result is the single-process one).
 func TestShuffleSmoke(t *testing.T) {
 	for _, c := range [][]string{
-		{"repartition", "-impl", "wr,rd,socket,memcpy"},
-		{"broadcast", "-impl", "wr,rd,socket", "-threads", "2", "-config", "me", "-transport", "tcp"},
-		{"join", "-impl", "wr,rd,socket", "-threads", "2", "-orders", "5000"},
+		{"repartition", "-impl", "wr,rd,sr,socket,memcpy"},
+		{"broadcast", "-impl", "wr,rd,sr,socket", "-threads", "2", "-config", "me", "-transport", "tcp"},
+		{"join", "-impl", "wr,rd,sr,socket", "-threads", "2", "-orders", "5000"},
 	} {
 		t.Run(c[0], func(t *testing.T) {
 			args := append([]string{"shuffle"}, c...)

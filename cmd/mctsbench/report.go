@@ -601,7 +601,7 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		return
 	}
 	w.WriteString("\n### Shuffle: repartition and broadcast against plain sockets, same run\n\n")
-	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr` and `rd` are package shuffle's designs, `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; ok: every process received exactly what was sent to it (counts and checksums).\n\n| pattern | impl | config | buffers | transport | procs × threads | MiB per process | GB/s per process | ok |\n|---|---|---|---|---|---|---:|---:|---|\n")
+	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr`, `rd` and `sr` are package shuffle's designs (one-sided write, one-sided read, send/receive), `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; ok: every process received exactly what was sent to it (counts and checksums).\n\n| pattern | impl | config | buffers | transport | procs × threads | MiB per process | GB/s per process | ok |\n|---|---|---|---|---|---|---:|---:|---|\n")
 	best := map[string]float64{}
 	bufs := map[string]float64{} // the best repartition over shm, by buffers
 	peer := map[string]float64{} // pattern/impl of the peers
@@ -634,7 +634,7 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 			if x := peer[p+"/"+g.impl]; x > 0 {
 				v = best[p] / x
 			}
-			goal(w, p+": best of wr, rd / "+g.impl, v, g.want, true)
+			goal(w, p+": best of wr, rd, sr / "+g.impl, v, g.want, true)
 		}
 	}
 	if bufs["adaptive"] > 0 && bufs["fixed"] > 0 {
@@ -657,7 +657,7 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		if fastest > 0 {
 			v = socketJoin / fastest
 		}
-		goal(w, "join: socket seconds / best of wr, rd seconds", v, 1.5, true)
+		goal(w, "join: socket seconds / best of wr, rd, sr seconds", v, 1.5, true)
 	}
 	w.WriteString("\nThe MPI peer is bench/mpi/csrc/shuffle.c under Open MPI's mpirun (MPI_Alltoallv for repartition, MPI_Allgather for broadcast; the same records; its time includes packing by destination). `memcpy` is the ceiling: the same records generated and copied, batched, within each process. Over tcp our designs run on dtutils' tcp transport between the processes, for reference (the goals are stated for one machine).\n\n")
 }

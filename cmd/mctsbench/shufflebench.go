@@ -69,7 +69,7 @@ type shuffleOpts struct {
 
 func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "repartition" && args[0] != "broadcast" && args[0] != "join") {
-		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-adaptive] [-json]")
+		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-adaptive] [-json]")
 		return 2
 	}
 	o := shuffleOpts{pattern: args[0]}
@@ -77,7 +77,7 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.procs, "procs", 2, "processes (self-launched)")
 	fs.IntVar(&o.threads, "threads", 1, "sending and receiving threads per process")
-	impls := fs.String("impl", "wr,rd,socket", "comma-separated: wr, rd (package shuffle), socket (plain Go TCP, seed 000's baseline), memcpy (the same records copied within each process: the ceiling)")
+	impls := fs.String("impl", "wr,rd,sr,socket", "comma-separated: wr, rd, sr (package shuffle's designs), socket (plain Go TCP, seed 000's baseline), memcpy (the same records copied within each process: the ceiling)")
 	fs.StringVar(&o.config, "config", "se", "se (one endpoint per process) or me (one per thread)")
 	fs.StringVar(&o.transport, "transport", "", "between processes: \"\" (automatic), shm or tcp")
 	mb := fs.Int("mb", 256, "MiB of records each process generates (repartition, broadcast)")
@@ -178,7 +178,7 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		var x exchanger
 		switch impl {
 		case "memcpy":
-		case "wr", "rd":
+		case "wr", "rd", "sr":
 			d, _ := shuffle.ParseDesign(impl)
 			x = &oursExchanger{w: w, f: f, o: o, design: d}
 		case "socket":
@@ -228,7 +228,7 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		}
 		r := ShuffleResult{Pattern: o.pattern, Impl: impl, Config: o.config, Transport: f.Transports(), Procs: o.procs, Threads: o.threads}
 		switch impl {
-		case "wr", "rd":
+		case "wr", "rd", "sr":
 			r.Buffers = "fixed"
 			if o.adaptive {
 				r.Buffers = "adaptive"
