@@ -79,8 +79,14 @@
 // Codec (Append to encode, Decode to check and decode: a record the codec
 // refuses is an ErrBadBuffer error, and the stream goes on).
 //
-// # Not built yet (issue 18)
+// # Wiring and multi-stage plans (seed 000)
 //
-// Several operators multiplexed on one connection per pair of processes
-// (seed 000's multi-stage): each stage wires endpoints of its own today.
+// In a dsfabric job, Wiring.Connect wires one stage: every process's send
+// endpoints to every process's receive endpoints, over queue pairs of
+// their own. A plan of several shuffles instead makes a Mesh once (one
+// queue pair per pair of processes, loop within one) and wires each stage
+// over it with Mesh.Stage: the stages live at once, multiplexed on the
+// same connections (Share), each with its own rings, credits, windows
+// and end of stream, so a slow stage holds back only its own senders.
+// SR stages need processes of their own and are wired with Connect.
 package shuffle

@@ -27,64 +27,129 @@ const (
 	wridProbe
 )
 
-// link is what both ends keep of a connection: the queue pair and the
-// completions polled from it.
-type link struct {
-	qp   dtutils.QueuePair
-	peer uint32
-	cq   [16]dtutils.Completion
-	err  error // the first failure: the connection is lost
-	// reads counts RD reads completed (the receiver waits for its own).
-	reads uint64
-	// credits counts credit writes completed.
-	credits uint64
-	probing bool
+// conn is a queue pair and the completions polled from it, shared by
+// every link attached to it (Share: the endpoints of several stages over
+// one connection, seed 000). Whoever drains it counts each completion for
+// the link whose id its WRID carries (id<<8 | the kind below).
+type conn struct {
+	qp    dtutils.QueuePair
+	mu    sync.Mutex // serialises posting and polling
+	cq    [16]dtutils.Completion
+	links []*link
+	err   atomic.Pointer[error] // the first failure: the connection is lost
 }
 
-// drain polls the link's completions, recording failures.
+// link is what an endpoint keeps of its connection to one peer endpoint:
+// the shared queue pair and the completions counted for it.
+type link struct {
+	c    *conn
+	id   uint64
+	qp   dtutils.QueuePair // nil until attached
+	peer uint32
+	// reads counts RD reads completed (the receiver waits for its own).
+	reads atomic.Uint64
+	// credits counts credit writes (SR: sends) completed.
+	credits atomic.Uint64
+	probing atomic.Bool
+}
+
+// attach joins l to qp's connection (shared when qp came from Share).
+func (l *link) attach(qp dtutils.QueuePair) {
+	c, ok := qp.(*sharedQP)
+	if !ok {
+		c = &sharedQP{QueuePair: qp, c: &conn{qp: qp}}
+	}
+	c.c.mu.Lock()
+	l.id = uint64(len(c.c.links))
+	c.c.links = append(c.c.links, l)
+	c.c.mu.Unlock()
+	l.c, l.qp, l.peer = c.c, qp, qp.PeerRank()
+}
+
+// failed returns the connection's failure, nil while it works.
+func (l *link) failed() error {
+	if e := l.c.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func (c *conn) fail(err error) {
+	c.err.CompareAndSwap(nil, &err)
+}
+
+// drain polls the connection's completions, counting each for its link
+// and recording failures.
 func (l *link) drain() {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for {
-		n := l.qp.CQ().Poll(l.cq[:])
-		for _, c := range l.cq[:n] {
-			if c.Status != dtutils.StatusSuccess {
-				if l.err == nil {
-					l.err = fmt.Errorf("%w: process %d: %v %w", ErrPeerLost, l.peer, c.Op, c.Err())
-				}
+		n := c.qp.CQ().Poll(c.cq[:])
+		for _, x := range c.cq[:n] {
+			if x.Status != dtutils.StatusSuccess {
+				c.fail(fmt.Errorf("%w: process %d: %v %w", ErrPeerLost, l.peer, x.Op, x.Err()))
 				continue
 			}
-			switch c.WRID {
+			id := x.WRID >> 8
+			if id >= uint64(len(c.links)) {
+				continue
+			}
+			o := c.links[id]
+			switch x.WRID & 0xff {
 			case wridRead:
-				l.reads++
+				o.reads.Add(1)
 			case wridCredit:
-				l.credits++
+				o.credits.Add(1)
 			case wridProbe:
-				l.probing = false
+				o.probing.Store(false)
 			}
 		}
-		if n < len(l.cq) {
+		if n < len(c.cq) {
 			return
 		}
 	}
 }
 
-// post posts wr, recording a failure to post as the link's.
+// post posts wr for l (its id in the WRID), recording a failure to post
+// as the connection's.
 func (l *link) post(wr dtutils.WorkRequest) error {
-	if l.err != nil {
-		return l.err
+	if err := l.failed(); err != nil {
+		return err
 	}
-	if err := l.qp.Post(wr); err != nil {
-		l.err = fmt.Errorf("%w: process %d: %w", ErrPeerLost, l.peer, err)
+	wr.WRID |= l.id << 8
+	l.c.mu.Lock()
+	err := l.c.qp.Post(wr)
+	l.c.mu.Unlock()
+	if err != nil {
+		l.c.fail(fmt.Errorf("%w: process %d: %w", ErrPeerLost, l.peer, err))
 	}
-	return l.err
+	return l.failed()
 }
 
 // probe checks that the peer lives: a Nop whose failure drain records.
 func (l *link) probe() {
-	if l.err == nil && !l.probing {
-		l.probing = true
+	if l.failed() == nil && !l.probing.Swap(true) {
 		l.post(dtutils.WorkRequest{Op: dtutils.OpNop, WRID: wridProbe, Signaled: true})
 	}
 	l.drain()
+}
+
+// sharedQP is a queue pair from Share.
+type sharedQP struct {
+	dtutils.QueuePair
+	c *conn
+}
+
+// Share wraps qp so that the endpoints of several stages attach to it
+// (seed 000's multiplexing: one connection per pair of processes for
+// every shuffle of a plan, each stage with its own rings, credits and
+// end of stream). Their operations go in order on the one connection,
+// and whichever endpoint polls its completions counts each for the
+// endpoint that posted it. Connect qp before attaching; attach endpoints
+// to the wrapper only, and do not post or poll on qp yourself.
+func Share(qp dtutils.QueuePair) dtutils.QueuePair {
+	return &sharedQP{QueuePair: qp, c: &conn{qp: qp}}
 }
 
 // waiter is the loop of an endpoint waiting for its peers: it drives the
@@ -239,7 +304,8 @@ func (s *Sender) Attach(d int, qp dtutils.QueuePair, offer []byte) ([]byte, erro
 		return nil, fmt.Errorf("%w: ring of %d bytes in process %d and window %d, want %d bytes in %d and a window", ErrBadOffer, o.loc.Length, o.loc.Process, o.window, want, qp.PeerRank())
 	}
 	c := s.conns[d]
-	c.qp, c.peer, c.ring, c.index = qp, qp.PeerRank(), o.loc, o.index
+	c.attach(qp)
+	c.ring, c.index = o.loc, o.index
 	c.credit.Store(packCredit(0, o.window))
 	return marshalOffer(s.cfg, c.creditAt, 0, d), nil
 }
@@ -338,8 +404,8 @@ func (s *Sender) waitLocked(ctx context.Context, w *waiter, only *sendConn) erro
 	}
 	for _, c := range s.conns {
 		if c.qp != nil && (only == nil || c == only) {
-			if c.probe(); c.err != nil {
-				return c.err
+			if c.probe(); c.failed() != nil {
+				return c.failed()
 			}
 		}
 	}
@@ -414,8 +480,8 @@ func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, deple
 			if _, limit := c.limit(s.cfg.Depth); c.sent < limit {
 				break
 			}
-			if c.err != nil {
-				return c.err
+			if err := c.failed(); err != nil {
+				return err
 			}
 			flags |= flagStalled // the window held this buffer back
 			if err := s.waitLocked(ctx, &w, c); err != nil {
@@ -534,8 +600,8 @@ func (s *Sender) depleteLocked(ctx context.Context) error {
 		s.retire()
 		pending := false
 		for _, c := range s.conns {
-			if c.err != nil {
-				return c.err
+			if err := c.failed(); err != nil {
+				return err
 			}
 			pending = pending || len(c.held) > 0
 		}
@@ -675,7 +741,8 @@ func (r *Receiver) Attach(i int, qp dtutils.QueuePair, offer []byte) error {
 		return fmt.Errorf("%w: credit word of %d bytes in process %d", ErrBadOffer, o.loc.Length, o.loc.Process)
 	}
 	s := r.srcs[i]
-	s.qp, s.peer, s.credit, s.index = qp, qp.PeerRank(), o.loc, o.index
+	s.attach(qp)
+	s.credit, s.index = o.loc, o.index
 	return nil
 }
 
@@ -714,8 +781,8 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 				break
 			}
 			if s.qp != nil && !s.ended {
-				if s.probe(); s.err != nil {
-					return In{}, s.err
+				if s.probe(); s.failed() != nil {
+					return In{}, s.failed()
 				}
 			}
 		}
@@ -849,14 +916,14 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 	}
 	src, _ := loc.Sub(0, uint64(size))
 	dst, _ := s.reads.Slice(slot*r.cfg.BufferBytes, size)
-	want := s.link.reads + 1
+	want := s.link.reads.Load() + 1
 	if err := s.post(dtutils.WorkRequest{Op: dtutils.OpRead, WRID: wridRead, Signaled: true, Local: dst, Remote: src}); err != nil {
 		return nil, err
 	}
 	var w waiter
-	for s.drain(); s.link.reads < want; s.drain() {
-		if s.err != nil {
-			return nil, s.err
+	for s.drain(); s.link.reads.Load() < want; s.drain() {
+		if err := s.failed(); err != nil {
+			return nil, err
 		}
 		// mu stays held: the read is this thread's to finish.
 		probe, err := w.wait(ctx, r.proc)
@@ -903,10 +970,10 @@ func (r *Receiver) Release(in In) error {
 // reused after creditRing more, once its own operation has completed. mu
 // is held.
 func (r *Receiver) credit(s *recvSrc) error {
-	for s.posted-s.link.credits >= creditRing {
+	for s.posted-s.link.credits.Load() >= creditRing {
 		s.drain()
-		if s.err != nil {
-			return s.err
+		if err := s.failed(); err != nil {
+			return err
 		}
 		r.proc.Progress()
 	}
@@ -933,9 +1000,9 @@ func (r *Receiver) Close(ctx context.Context) error {
 		err = r.flushCredits()
 	}
 	for _, s := range r.srcs {
-		for err == nil && s.qp != nil && s.err == nil && s.link.credits < s.posted {
+		for err == nil && s.qp != nil && s.failed() == nil && s.link.credits.Load() < s.posted {
 			s.drain()
-			if s.link.credits >= s.posted {
+			if s.link.credits.Load() >= s.posted {
 				break
 			}
 			r.mu.Unlock()

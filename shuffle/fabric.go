@@ -103,6 +103,11 @@ func (w *Wiring) receive(ctx context.Context, rank, round int) (wireMsg, error) 
 // process: multi-endpoint), each Sender shared by users SHUFFLE operators.
 // Every process of the job calls it with the same arguments.
 func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, endpoints, users int) (*Endpoints, error) {
+	return w.connect(ctx, f, cfg, endpoints, users, nil)
+}
+
+// connect wires a stage over queue pairs of its own, or over a mesh's.
+func (w *Wiring) connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, endpoints, users int, mesh *Mesh) (*Endpoints, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return nil, err
 	}
@@ -187,6 +192,10 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 		sendQP[q], recvQP[q] = grid(E), grid(E)
 		for a := 0; a < E; a++ {
 			for b := 0; b < E; b++ {
+				if mesh != nil {
+					sendQP[q][a][b], recvQP[q][b][a] = mesh.send[q], mesh.recv[q]
+					continue
+				}
 				ps, err := provider(sendProc[a], q)
 				if err != nil {
 					return fail(err)
@@ -216,13 +225,15 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 		m := wireMsg{Round: 1, Endpoints: E}
 		for a := 0; a < E; a++ {
 			for b := 0; b < E; b++ {
-				m.Send = append(m.Send, sendQP[q][a][b].Endpoint())
-				m.Recv = append(m.Recv, recvQP[q][b][a].Endpoint())
+				if mesh == nil {
+					m.Send = append(m.Send, sendQP[q][a][b].Endpoint())
+					m.Recv = append(m.Recv, recvQP[q][b][a].Endpoint())
+				}
 				m.Offers = append(m.Offers, out.Receivers[b].Offer(q*E+a))
 			}
 		}
 		if q == r {
-			if err := wireSelf(out, m, sendQP[q], recvQP[q], E, r); err != nil {
+			if err := wireSelf(out, m, sendQP[q], recvQP[q], E, r, mesh == nil); err != nil {
 				return fail(err)
 			}
 			continue
@@ -240,22 +251,28 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 		if err != nil {
 			return fail(err)
 		}
-		if m.Endpoints != E || len(m.Send) != E*E || len(m.Recv) != E*E || len(m.Offers) != E*E {
-			return fail(fmt.Errorf("%w: rank %d wired %d endpoints, this rank %d", ErrBadOffer, q, m.Endpoints, E))
+		want := E * E
+		if mesh != nil {
+			want = 0
 		}
-		var qps []dtutils.QueuePair
-		var remote [][]byte
-		for a := 0; a < E; a++ {
-			for b := 0; b < E; b++ {
-				// From q: Recv[a*E+b] is its end of our sender a → its
-				// receiver b; Send[a*E+b] its end of its sender a → our
-				// receiver b.
-				qps = append(qps, sendQP[q][a][b], recvQP[q][b][a])
-				remote = append(remote, m.Recv[a*E+b], m.Send[a*E+b])
+		if m.Endpoints != E || len(m.Send) != want || len(m.Recv) != want || len(m.Offers) != E*E {
+			return fail(fmt.Errorf("%w: rank %d wired %d endpoints (%d queue pairs), this rank %d (%d)", ErrBadOffer, q, m.Endpoints, len(m.Send), E, want))
+		}
+		if mesh == nil {
+			var qps []dtutils.QueuePair
+			var remote [][]byte
+			for a := 0; a < E; a++ {
+				for b := 0; b < E; b++ {
+					// From q: Recv[a*E+b] is its end of our sender a → its
+					// receiver b; Send[a*E+b] its end of its sender a → our
+					// receiver b.
+					qps = append(qps, sendQP[q][a][b], recvQP[q][b][a])
+					remote = append(remote, m.Recv[a*E+b], m.Send[a*E+b])
+				}
 			}
-		}
-		if err := dtutils.ConnectAll(qps, remote); err != nil {
-			return fail(fmt.Errorf("shuffle: connecting to rank %d: %w", q, err))
+			if err := dtutils.ConnectAll(qps, remote); err != nil {
+				return fail(fmt.Errorf("shuffle: connecting to rank %d: %w", q, err))
+			}
 		}
 		back := wireMsg{Round: 2, Endpoints: E}
 		for a := 0; a < E; a++ {
@@ -295,12 +312,15 @@ func (w *Wiring) Connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 	return out, nil
 }
 
-// wireSelf connects this process's senders to its own receivers (loop).
-func wireSelf(out *Endpoints, m wireMsg, send, recv [][]dtutils.QueuePair, E, r int) error {
+// wireSelf connects this process's senders to its own receivers (loop),
+// connecting their queue pairs first unless they are a mesh's.
+func wireSelf(out *Endpoints, m wireMsg, send, recv [][]dtutils.QueuePair, E, r int, connect bool) error {
 	for a := 0; a < E; a++ {
 		for b := 0; b < E; b++ {
-			if err := dtutils.ConnectAll([]dtutils.QueuePair{send[a][b], recv[b][a]}, [][]byte{recv[b][a].Endpoint(), send[a][b].Endpoint()}); err != nil {
-				return err
+			if connect {
+				if err := dtutils.ConnectAll([]dtutils.QueuePair{send[a][b], recv[b][a]}, [][]byte{recv[b][a].Endpoint(), send[a][b].Endpoint()}); err != nil {
+					return err
+				}
 			}
 			back, err := out.Senders[a].Attach(r*E+b, send[a][b], m.Offers[a*E+b])
 			if err != nil {
@@ -312,6 +332,114 @@ func wireSelf(out *Endpoints, m wireMsg, send, recv [][]dtutils.QueuePair, E, r 
 		}
 	}
 	return nil
+}
+
+// Mesh is a dsfabric job's connections for the shuffles of a plan: one
+// queue pair per pair of processes (a loop pair within each), shared by
+// every stage wired over it (seed 000's multiplexing). Each stage keeps
+// its own endpoints, rings, credits and end of stream. Make it with
+// Wiring.Mesh in every process, then wire the stages with Mesh.Stage, in
+// the same order in every process.
+type Mesh struct {
+	w          *Wiring
+	f          *dsfabric.Fabric
+	send, recv []dtutils.QueuePair // by peer: the ends our senders and receivers attach to (Share)
+	provs      []dtutils.Provider
+}
+
+// Mesh connects this process to every other with one queue pair (over the
+// transport dsfabric uses to it). Every process of the job calls it.
+func (w *Wiring) Mesh(ctx context.Context, f *dsfabric.Fabric) (*Mesh, error) {
+	p, r := f.Size(), f.Rank()
+	m := &Mesh{w: w, f: f, send: make([]dtutils.QueuePair, p), recv: make([]dtutils.QueuePair, p)}
+	fail := func(err error) (*Mesh, error) {
+		m.Close()
+		return nil, err
+	}
+	provs := map[string]dtutils.Provider{}
+	qps := make([]dtutils.QueuePair, p)
+	for q := 0; q < p; q++ {
+		t := f.Transport(q)
+		if q == r {
+			t = "loop"
+		}
+		pr, ok := provs[t]
+		if !ok {
+			var err error
+			switch t {
+			case "loop":
+				pr = dtutils.NewLoopFabric().NewProvider(f.Process())
+			case "shm":
+				pr, err = dtutils.NewSHM(f.Process(), dtutils.SHMConfig{Logger: f.Logger()})
+			case "tcp":
+				pr, err = dtutils.NewTCP(f.Process(), f.TCPConfig())
+			default:
+				err = fmt.Errorf("%w: no shuffle over transport %q yet", ErrBadConfig, t)
+			}
+			if err != nil {
+				return fail(err)
+			}
+			provs[t], m.provs = pr, append(m.provs, pr)
+		}
+		if q == r {
+			qa, qb, err := dtutils.ConnectPair(pr, pr)
+			if err != nil {
+				return fail(err)
+			}
+			m.send[q], m.recv[q] = Share(qa), Share(qb)
+			continue
+		}
+		var err error
+		if qps[q], err = pr.NewQueuePair(); err != nil {
+			return fail(err)
+		}
+		b, _ := json.Marshal(wireMsg{Round: 3, Endpoints: 1, Send: [][]byte{qps[q].Endpoint()}})
+		if err := f.CallService(dsfabric.ThreadID(r*f.Names().ThreadsPerProcess), q, w.id, b, nil); err != nil {
+			return fail(err)
+		}
+	}
+	var peers []dtutils.QueuePair
+	var remote [][]byte
+	for q := 0; q < p; q++ {
+		if q == r {
+			continue
+		}
+		msg, err := w.receive(ctx, q, 3)
+		if err != nil {
+			return fail(err)
+		}
+		peers, remote = append(peers, qps[q]), append(remote, msg.Send[0])
+	}
+	if err := dtutils.ConnectAll(peers, remote); err != nil {
+		return fail(fmt.Errorf("shuffle: mesh: %w", err))
+	}
+	for q := 0; q < p; q++ {
+		if q != r {
+			m.send[q] = Share(qps[q])
+			m.recv[q] = m.send[q]
+		}
+	}
+	return m, nil
+}
+
+// Stage wires a stage of the plan over the mesh's connections, as
+// Wiring.Connect does over connections of its own. Designs WR and RD; SR
+// endpoints need processes of their own, so SR stages use Connect.
+func (m *Mesh) Stage(ctx context.Context, cfg Config, endpoints, users int) (*Endpoints, error) {
+	if cfg.withDefaults().Design == SR {
+		return nil, fmt.Errorf("%w: an sr stage needs processes of its own; wire it with Wiring.Connect", ErrBadConfig)
+	}
+	return m.w.connect(ctx, m.f, cfg, endpoints, users, m)
+}
+
+// Close closes the mesh's connections; close every stage's Endpoints
+// first.
+func (m *Mesh) Close() error {
+	var errs []error
+	for _, p := range m.provs {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func grid(n int) [][]dtutils.QueuePair {

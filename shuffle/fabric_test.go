@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -31,8 +32,13 @@ func TestWiring(t *testing.T) {
 		transport string
 		e         int
 		design    Design
-	}{{"", 1, WR}, {"tcp", 2, RD}, {"", 2, SR}, {"tcp", 1, SR}} {
-		t.Run(fmt.Sprintf("%s-%d-%v", tc.transport, tc.e, tc.design), func(t *testing.T) {
+		mesh      bool // two stages at once over one Mesh
+	}{{"", 1, WR, false}, {"tcp", 2, RD, false}, {"", 2, SR, false}, {"tcp", 1, SR, false}, {"", 2, WR, true}, {"tcp", 1, RD, true}} {
+		name := fmt.Sprintf("%s-%d-%v", tc.transport, tc.e, tc.design)
+		if tc.mesh {
+			name += "-mesh"
+		}
+		t.Run(name, func(t *testing.T) {
 			const procs, threads, perThread = 2, 2, 400
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -59,11 +65,60 @@ func TestWiring(t *testing.T) {
 			}
 			defer f.Close()
 			res := wiringResult{Rank: f.Rank()}
-			eps, err := w.Connect(ctx, f, Config{Design: tc.design, BufferBytes: 2048, Depth: 4}, tc.e, threads/tc.e)
-			if err == nil {
-				res.Sent, res.Got, err = repartitionHere(ctx, eps, f.Rank(), threads, perThread)
-				eps.Close(ctx)
+			cfg := Config{Design: tc.design, BufferBytes: 2048, Depth: 4}
+			stages := 1
+			if tc.mesh {
+				stages = 2
 			}
+			err = func() error {
+				if !tc.mesh {
+					eps, err := w.Connect(ctx, f, cfg, tc.e, threads/tc.e)
+					if err != nil {
+						return err
+					}
+					defer eps.Close(ctx)
+					res.Sent, res.Got, err = repartitionHere(ctx, eps, f.Rank(), threads, perThread)
+					return err
+				}
+				// Two stages live at once over the mesh's one connection per
+				// pair of processes; their tallies add up.
+				m, err := w.Mesh(ctx, f)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				var eps [2]*Endpoints
+				for k := range eps {
+					if eps[k], err = m.Stage(ctx, cfg, tc.e, threads/tc.e); err != nil {
+						return err
+					}
+					defer eps[k].Close(ctx)
+				}
+				var sent, got [2][][2]uint64
+				var errs [2]error
+				var wg sync.WaitGroup
+				for k := range eps {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						sent[k], got[k], errs[k] = repartitionHere(ctx, eps[k], f.Rank(), threads, perThread)
+					}()
+				}
+				wg.Wait()
+				if err := errors.Join(errs[:]...); err != nil {
+					return err
+				}
+				res.Sent, res.Got = sent[0], got[0]
+				for d := range sent[1] {
+					res.Sent[d][0] += sent[1][d][0]
+					res.Sent[d][1] += sent[1][d][1]
+				}
+				for e := range got[1] {
+					res.Got[e][0] += got[1][e][0]
+					res.Got[e][1] += got[1][e][1]
+				}
+				return nil
+			}()
 			if err != nil {
 				res.Err = err.Error()
 			}
@@ -104,8 +159,8 @@ func TestWiring(t *testing.T) {
 					total += g[0]
 				}
 			}
-			if total != procs*threads*perThread {
-				t.Errorf("%d records arrived, want %d", total, procs*threads*perThread)
+			if total != uint64(stages*procs*threads*perThread) {
+				t.Errorf("%d records arrived, want %d", total, stages*procs*threads*perThread)
 			}
 		})
 	}

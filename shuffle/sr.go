@@ -55,8 +55,8 @@ func (s *Sender) pollCredits() {
 			}
 			if err := s.postCredit(i); err != nil {
 				for _, c := range s.conns {
-					if c.err == nil {
-						c.err = fmt.Errorf("%w: %w", ErrPeerLost, err)
+					if c.c != nil {
+						c.c.fail(fmt.Errorf("%w: %w", ErrPeerLost, err))
 					}
 				}
 			}

@@ -159,8 +159,10 @@ func nextRecord(b []byte) (rec, rest []byte, err error) {
 
 // wireMsg is a message of Wiring.Connect between two processes (JSON, a
 // dsfabric service call): round 1 carries the sender's queue pairs'
-// endpoints and its receivers' offers, round 2 its senders' offers (credit
-// words); lists are E×E, indexed [sender*E + receiver] (docs/wire.md).
+// endpoints (none for a Mesh stage, whose connections exist) and its
+// receivers' offers, round 2 its senders' offers (credit words); lists are
+// E×E, indexed [sender*E + receiver]. Round 3 (Wiring.Mesh) carries the
+// one queue pair endpoint of the pair of processes, E = 1 (docs/wire.md).
 type wireMsg struct {
 	Round     int      `json:"round"`
 	Endpoints int      `json:"endpoints"`
@@ -178,11 +180,13 @@ func parseWireMsg(b []byte) (wireMsg, error) {
 	switch {
 	case m.Endpoints < 1 || m.Endpoints > 1<<8:
 		return wireMsg{}, fmt.Errorf("%w: wiring for %d endpoints", ErrBadOffer, m.Endpoints)
-	case m.Round == 1 && (len(m.Send) != n || len(m.Recv) != n || len(m.Offers) != n):
-		return wireMsg{}, fmt.Errorf("%w: round 1 lists of %d, %d, %d entries, want %d", ErrBadOffer, len(m.Send), len(m.Recv), len(m.Offers), n)
+	case m.Round == 1 && (len(m.Send) != len(m.Recv) || len(m.Send) != n && len(m.Send) != 0 || len(m.Offers) != n):
+		return wireMsg{}, fmt.Errorf("%w: round 1 lists of %d, %d, %d entries, want %d (or none of queue pairs)", ErrBadOffer, len(m.Send), len(m.Recv), len(m.Offers), n)
 	case m.Round == 2 && len(m.Offers) != n:
 		return wireMsg{}, fmt.Errorf("%w: round 2 list of %d entries, want %d", ErrBadOffer, len(m.Offers), n)
-	case m.Round != 1 && m.Round != 2:
+	case m.Round == 3 && (m.Endpoints != 1 || len(m.Send) != 1 || len(m.Recv) != 0 || len(m.Offers) != 0):
+		return wireMsg{}, fmt.Errorf("%w: a mesh message of %d endpoints and lists of %d, %d, %d entries", ErrBadOffer, m.Endpoints, len(m.Send), len(m.Recv), len(m.Offers))
+	case m.Round < 1 || m.Round > 3:
 		return wireMsg{}, fmt.Errorf("%w: wiring round %d", ErrBadOffer, m.Round)
 	}
 	return m, nil

@@ -68,6 +68,7 @@ func FuzzWireMsg(f *testing.F) {
 	f.Add([]byte(`{"round":1,"endpoints":1,"send":["AA=="],"recv":["AA=="],"offers":["AA=="]}`))
 	f.Add([]byte(`{"round":2,"endpoints":2,"offers":["","","",""]}`))
 	f.Add([]byte(`{"round":1,"endpoints":65536}`))
+	f.Add([]byte(`{"round":3,"endpoints":1,"send":["AA=="]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := parseWireMsg(b)
 		if err != nil {
@@ -77,7 +78,10 @@ func FuzzWireMsg(f *testing.F) {
 			return
 		}
 		n := m.Endpoints * m.Endpoints
-		if len(m.Offers) != n || m.Round == 1 && (len(m.Send) != n || len(m.Recv) != n) {
+		switch {
+		case m.Round == 3 && (len(m.Send) != 1 || len(m.Offers) != 0),
+			m.Round != 3 && len(m.Offers) != n,
+			m.Round == 1 && (len(m.Send) != len(m.Recv) || len(m.Send) != 0 && len(m.Send) != n):
 			t.Fatalf("accepted %+v", m)
 		}
 	})

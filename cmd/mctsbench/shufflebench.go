@@ -404,12 +404,29 @@ type oursExchanger struct {
 	o      shuffleOpts
 	design shuffle.Design
 	eps    []*shuffle.Endpoints
+	mesh   *shuffle.Mesh
 }
 
+// open wires the n stages: over one shared connection per pair of
+// processes (a Mesh, seed 000's multi-stage) for wr and rd, over
+// connections and processes of their own for sr.
 func (x *oursExchanger) open(ctx context.Context, n int) error {
 	e := x.endpoints()
+	cfg := shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth, Adaptive: x.o.adaptive}
+	if x.design != shuffle.SR {
+		var err error
+		if x.mesh, err = x.w.Mesh(ctx, x.f); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < n; i++ {
-		eps, err := x.w.Connect(ctx, x.f, shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth, Adaptive: x.o.adaptive}, e, x.o.threads/e)
+		var eps *shuffle.Endpoints
+		var err error
+		if x.mesh != nil {
+			eps, err = x.mesh.Stage(ctx, cfg, e, x.o.threads/e)
+		} else {
+			eps, err = x.w.Connect(ctx, x.f, cfg, e, x.o.threads/e)
+		}
 		if err != nil {
 			x.close(ctx)
 			return err
@@ -424,6 +441,10 @@ func (x *oursExchanger) close(ctx context.Context) {
 		e.Close(ctx)
 	}
 	x.eps = nil
+	if x.mesh != nil {
+		x.mesh.Close()
+		x.mesh = nil
+	}
 }
 
 func (x *oursExchanger) endpoints() int {
