@@ -369,43 +369,16 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 		// provider's Close waits for it (tcp once faulted the process,
 		// writing into memory the target's Close had unmapped).
 		for i := 0; i < 20; i++ {
-			pa, pb := newProcess(t, 0, nil), newProcess(t, 1, nil)
-			a, b := mk(t, pa, pb)
-			qa, err := a.NewQueuePair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			qb, err := b.NewQueuePair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			errc := make(chan error, 1)
-			go func() { errc <- qb.Connect(qa.Endpoint()) }()
-			if err := qa.Connect(qb.Endpoint()); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			ra, err := pa.Registry().NewRegion(4<<20, alloc.RegionConfig{Name: "src"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rb, err := pb.Registry().NewRegion(4<<20, alloc.RegionConfig{Name: "dst"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			src, _ := ra.Memory(0, 4<<20)
-			dst, _ := rb.Locator(0, 4<<20)
+			w := newWritePair(t, mk, 4<<20, nil)
 			for k := 0; k < 4; k++ {
-				if err := qa.Post(WorkRequest{Op: OpWrite, Local: src, Remote: dst}); err != nil {
+				if err := w.qa.Post(WorkRequest{Op: OpWrite, Local: w.src, Remote: w.dst}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			b.Close()
-			pb.Close()
-			a.Close()
-			pa.Close()
+			w.b.Close()
+			w.pb.Close()
+			w.a.Close()
+			w.pa.Close()
 		}
 	})
 	t.Run("Close", func(t *testing.T) {
@@ -449,4 +422,52 @@ func TestEndpointRoundTrip(t *testing.T) {
 	if _, err := parseEndpoint(e.marshal(), transportSHM); !errors.Is(err, ErrBadEndpoint) {
 		t.Fatal(fmt.Sprint("wrong transport accepted: ", err))
 	}
+}
+
+// writePair is two processes with a connected queue pair and a region of
+// the same size in each, for writes from a's to b's.
+type writePair struct {
+	pa, pb *Process
+	a, b   Provider
+	qa, qb QueuePair
+	src    alloc.Memory
+	dst    alloc.Locator
+}
+
+// newWritePair builds a writePair over mk's providers; before, when set,
+// runs on both queue pairs before they connect (their engines start).
+func newWritePair(t testing.TB, mk func(testing.TB, *Process, *Process) (Provider, Provider), size int, before func(qa, qb QueuePair)) writePair {
+	t.Helper()
+	var w writePair
+	w.pa, w.pb = newProcess(t, 0, nil), newProcess(t, 1, nil)
+	w.a, w.b = mk(t, w.pa, w.pb)
+	var err error
+	if w.qa, err = w.a.NewQueuePair(); err != nil {
+		t.Fatal(err)
+	}
+	if w.qb, err = w.b.NewQueuePair(); err != nil {
+		t.Fatal(err)
+	}
+	if before != nil {
+		before(w.qa, w.qb)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- w.qb.Connect(w.qa.Endpoint()) }()
+	if err := w.qa.Connect(w.qb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ra, err := w.pa.Registry().NewRegion(size, alloc.RegionConfig{Name: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := w.pb.Registry().NewRegion(size, alloc.RegionConfig{Name: "dst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.src, _ = ra.Memory(0, size)
+	w.dst, _ = rb.Locator(0, size)
+	return w
 }

@@ -505,46 +505,20 @@ func FuzzOFIHeader(f *testing.F) {
 // as soon as it returns (the engine once wrote into a region the
 // process's Close had unmapped, and the process faulted).
 func TestTCPCloseWaitsForApply(t *testing.T) {
-	pa, pb := newProcess(t, 0, nil), newProcess(t, 1, nil)
-	a, b := transports[1].make(t, pa, pb)
-	defer a.Close()
-	qa, err := a.NewQueuePair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	qb, err := b.NewQueuePair()
-	if err != nil {
-		t.Fatal(err)
-	}
 	entered := make(chan struct{})
 	var left atomic.Bool
 	var once sync.Once
-	qb.(*tcpQP).applying = func() {
-		once.Do(func() {
-			close(entered)
-			time.Sleep(100 * time.Millisecond)
-			left.Store(true)
-		})
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- qb.Connect(qa.Endpoint()) }()
-	if err := qa.Connect(qb.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	ra, err := pa.Registry().NewRegion(1<<20, alloc.RegionConfig{Name: "src"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := pb.Registry().NewRegion(1<<20, alloc.RegionConfig{Name: "dst"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, _ := ra.Memory(0, 1<<20)
-	dst, _ := rb.Locator(0, 1<<20)
-	if err := qa.Post(WorkRequest{Op: OpWrite, Local: src, Remote: dst}); err != nil {
+	w := newWritePair(t, transports[1].make, 1<<20, func(_, qb QueuePair) {
+		qb.(*tcpQP).applying = func() {
+			once.Do(func() {
+				close(entered)
+				time.Sleep(100 * time.Millisecond)
+				left.Store(true)
+			})
+		}
+	})
+	defer w.a.Close()
+	if err := w.qa.Post(WorkRequest{Op: OpWrite, Local: w.src, Remote: w.dst}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -552,7 +526,7 @@ func TestTCPCloseWaitsForApply(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the write never reached the target's engine")
 	}
-	b.Close()
+	w.b.Close()
 	if !left.Load() {
 		t.Fatal("Close returned while the engine was still writing into memory")
 	}

@@ -151,39 +151,7 @@ func (w *Wiring) connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 	}
 	// Providers: per endpoint process, one per transport dsfabric uses to
 	// the peers, and loop (one fabric) for this process's own endpoints.
-	type provKey struct {
-		proc *dtutils.Process
-		t    string
-	}
-	provs := map[provKey]dtutils.Provider{}
-	loop := dtutils.NewLoopFabric()
-	provider := func(proc *dtutils.Process, q int) (dtutils.Provider, error) {
-		t := f.Transport(q)
-		if q == r {
-			t = "loop"
-		}
-		if pr, ok := provs[provKey{proc, t}]; ok {
-			return pr, nil
-		}
-		var pr dtutils.Provider
-		var err error
-		switch t {
-		case "loop":
-			pr = loop.NewProvider(proc)
-		case "shm":
-			pr, err = dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: f.Logger()})
-		case "tcp":
-			pr, err = dtutils.NewTCP(proc, f.TCPConfig())
-		default:
-			err = fmt.Errorf("%w: no shuffle over transport %q yet", ErrBadConfig, t)
-		}
-		if err != nil {
-			return nil, err
-		}
-		provs[provKey{proc, t}] = pr
-		out.provs = append(out.provs, pr)
-		return pr, nil
-	}
+	provider := newProviders(f, &out.provs).get
 	// sendQP[q][a][b]: our sender a to q's receiver b; recvQP[q][b][a]:
 	// q's sender a to our receiver b.
 	sendQP := make([][][]dtutils.QueuePair, p)
@@ -356,30 +324,12 @@ func (w *Wiring) Mesh(ctx context.Context, f *dsfabric.Fabric) (*Mesh, error) {
 		m.Close()
 		return nil, err
 	}
-	provs := map[string]dtutils.Provider{}
+	provs := newProviders(f, &m.provs)
 	qps := make([]dtutils.QueuePair, p)
 	for q := 0; q < p; q++ {
-		t := f.Transport(q)
-		if q == r {
-			t = "loop"
-		}
-		pr, ok := provs[t]
-		if !ok {
-			var err error
-			switch t {
-			case "loop":
-				pr = dtutils.NewLoopFabric().NewProvider(f.Process())
-			case "shm":
-				pr, err = dtutils.NewSHM(f.Process(), dtutils.SHMConfig{Logger: f.Logger()})
-			case "tcp":
-				pr, err = dtutils.NewTCP(f.Process(), f.TCPConfig())
-			default:
-				err = fmt.Errorf("%w: no shuffle over transport %q yet", ErrBadConfig, t)
-			}
-			if err != nil {
-				return fail(err)
-			}
-			provs[t], m.provs = pr, append(m.provs, pr)
+		pr, err := provs.get(f.Process(), q)
+		if err != nil {
+			return fail(err)
 		}
 		if q == r {
 			qa, qb, err := dtutils.ConnectPair(pr, pr)
@@ -389,7 +339,6 @@ func (w *Wiring) Mesh(ctx context.Context, f *dsfabric.Fabric) (*Mesh, error) {
 			m.send[q], m.recv[q] = Share(qa), Share(qb)
 			continue
 		}
-		var err error
 		if qps[q], err = pr.NewQueuePair(); err != nil {
 			return fail(err)
 		}
@@ -440,6 +389,54 @@ func (m *Mesh) Close() error {
 		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// providers makes and keeps a wiring's providers: per process and
+// transport, the one dsfabric uses to each peer, and loop (one fabric)
+// within this process; each new one is appended to *all.
+type providers struct {
+	f    *dsfabric.Fabric
+	loop *dtutils.LoopFabric
+	by   map[provKey]dtutils.Provider
+	all  *[]dtutils.Provider
+}
+
+type provKey struct {
+	proc *dtutils.Process
+	t    string
+}
+
+func newProviders(f *dsfabric.Fabric, all *[]dtutils.Provider) *providers {
+	return &providers{f: f, loop: dtutils.NewLoopFabric(), by: map[provKey]dtutils.Provider{}, all: all}
+}
+
+// get returns proc's provider towards process q.
+func (ps *providers) get(proc *dtutils.Process, q int) (dtutils.Provider, error) {
+	t := ps.f.Transport(q)
+	if q == ps.f.Rank() {
+		t = "loop"
+	}
+	if pr, ok := ps.by[provKey{proc, t}]; ok {
+		return pr, nil
+	}
+	var pr dtutils.Provider
+	var err error
+	switch t {
+	case "loop":
+		pr = ps.loop.NewProvider(proc)
+	case "shm":
+		pr, err = dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: ps.f.Logger()})
+	case "tcp":
+		pr, err = dtutils.NewTCP(proc, ps.f.TCPConfig())
+	default:
+		err = fmt.Errorf("%w: no shuffle over transport %q yet", ErrBadConfig, t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ps.by[provKey{proc, t}] = pr
+	*ps.all = append(*ps.all, pr)
+	return pr, nil
 }
 
 func grid(n int) [][]dtutils.QueuePair {

@@ -87,6 +87,17 @@ func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutil
 		}
 		j.nodes = append(j.nodes, ns)
 	}
+	j.wire(t, cfg, threads, func(ra, ea, rb, eb int) (dtutils.QueuePair, dtutils.QueuePair) {
+		return j.connect(t, ra, ea, rb, eb)
+	})
+	return j
+}
+
+// wire makes the job's endpoints and attaches every sender (ra, ea) to
+// every receiver (rb, eb) over the queue pairs qps gives for them.
+func (j *job) wire(t *testing.T, cfg Config, threads int, qps func(ra, ea, rb, eb int) (dtutils.QueuePair, dtutils.QueuePair)) {
+	t.Helper()
+	p, e := len(j.nodes), j.e
 	for r := 0; r < p; r++ {
 		var ss []*Sender
 		var rs []*Receiver
@@ -107,7 +118,7 @@ func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutil
 		for ea := 0; ea < e; ea++ {
 			for rb := 0; rb < p; rb++ {
 				for eb := 0; eb < e; eb++ {
-					qa, qb := j.connect(t, ra, ea, rb, eb)
+					qa, qb := qps(ra, ea, rb, eb)
 					s, rc := j.senders[ra][ea], j.receivers[rb][eb]
 					src, dst := ra*e+ea, rb*e+eb
 					back, err := s.Attach(dst, qa, rc.Offer(src))
@@ -121,7 +132,6 @@ func newJob(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtutil
 			}
 		}
 	}
-	return j
 }
 
 func (j *job) sendNode(r, k int) *node {
@@ -643,15 +653,7 @@ func newMesh(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtuti
 	}
 	for a := 0; a < p; a++ {
 		for b := a; b < p; b++ {
-			na, nb := m.nodes[a][0], m.nodes[b][0]
-			pa, pb := na.prov, nb.prov
-			if a == b {
-				pa, pb = na.self, nb.self
-			}
-			qa, qb, err := dtutils.ConnectPair(pa, pb)
-			if err != nil {
-				t.Fatal(err)
-			}
+			qa, qb := base.connect(t, a, 0, b, 0)
 			if a == b {
 				m.qps[a][a], m.self[a] = Share(qa), Share(qb)
 			} else {
@@ -666,43 +668,13 @@ func newMesh(t *testing.T, mk func(*dtutils.LoopFabric, *dtutils.Process) (dtuti
 // connections.
 func (m *mesh) stage(t *testing.T, e, threads int, cfg Config) *job {
 	t.Helper()
-	p := len(m.nodes)
 	j := &job{nodes: m.nodes, e: e}
-	for r := 0; r < p; r++ {
-		var ss []*Sender
-		var rs []*Receiver
-		for k := 0; k < e; k++ {
-			s, err := NewSender(m.nodes[r][0].proc, cfg, p*e, threads/e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rc, err := NewReceiver(m.nodes[r][0].proc, cfg, p*e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ss, rs = append(ss, s), append(rs, rc)
+	j.wire(t, cfg, threads, func(ra, _, rb, _ int) (dtutils.QueuePair, dtutils.QueuePair) {
+		if ra == rb {
+			return m.qps[ra][ra], m.self[ra]
 		}
-		j.senders, j.receivers = append(j.senders, ss), append(j.receivers, rs)
-	}
-	for ra := 0; ra < p; ra++ {
-		for ea := 0; ea < e; ea++ {
-			for rb := 0; rb < p; rb++ {
-				for eb := 0; eb < e; eb++ {
-					qs, qr := m.qps[ra][rb], m.qps[rb][ra]
-					if ra == rb {
-						qr = m.self[ra]
-					}
-					back, err := j.senders[ra][ea].Attach(rb*e+eb, qs, j.receivers[rb][eb].Offer(ra*e+ea))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := j.receivers[rb][eb].Attach(ra*e+ea, qr, back); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-		}
-	}
+		return m.qps[ra][rb], m.qps[rb][ra]
+	})
 	return j
 }
 
