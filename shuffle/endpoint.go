@@ -57,7 +57,7 @@ type link struct {
 func (l *link) attach(qp dtutils.QueuePair) {
 	c, ok := qp.(*sharedQP)
 	if !ok {
-		c = &sharedQP{QueuePair: qp, c: &conn{qp: qp}}
+		c = Share(qp).(*sharedQP) // a connection of its own
 	}
 	c.c.mu.Lock()
 	l.id = uint64(len(c.c.links))
@@ -404,8 +404,9 @@ func (s *Sender) waitLocked(ctx context.Context, w *waiter, only *sendConn) erro
 	}
 	for _, c := range s.conns {
 		if c.qp != nil && (only == nil || c == only) {
-			if c.probe(); c.failed() != nil {
-				return c.failed()
+			c.probe()
+			if err := c.failed(); err != nil {
+				return err
 			}
 		}
 	}
@@ -781,8 +782,9 @@ func (r *Receiver) GetData(ctx context.Context) (In, error) {
 				break
 			}
 			if s.qp != nil && !s.ended {
-				if s.probe(); s.failed() != nil {
-					return In{}, s.failed()
+				s.probe()
+				if err := s.failed(); err != nil {
+					return In{}, err
 				}
 			}
 		}
