@@ -2,24 +2,27 @@ package dsfabric
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dtutils"
 )
 
-// rnrTimeout bounds how long a send retries while the destination has no
-// receive buffer posted (its service threads are busy).
-const rnrTimeout = 10 * time.Second
+// creditTimeout bounds how long a send waits for receive credits from a
+// destination that consumes nothing (its threads are stuck).
+const creditTimeout = 10 * time.Second
 
-// rnrHot is how long a send whose receiver has no buffer retries without
-// sleeping.
-const rnrHot = 2 * time.Millisecond
+// creditHot is how long a send waiting for credits polls without sleeping.
+const creditHot = 2 * time.Millisecond
 
-// send builds a message in the peer's send buffer and transmits it; pre is
-// a one-sided write posted first on the same queue pair (CallBufferWrite),
-// which completes before the message is seen.
+// send builds a message in a send buffer for rank and transmits it once
+// rank has a receive buffer for it (a credit); pre is a one-sided write
+// posted first on the same queue pair (CallBufferWrite), which completes
+// before the message is seen. It does not wait for the message to arrive.
 func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkRequest) error {
 	if rank < 0 || rank >= f.names.Size {
 		return fmt.Errorf("%w: rank %d of %d", ErrBadThread, rank, f.names.Size)
@@ -38,66 +41,96 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 	p := f.peers[rank]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b := p.buf.Bytes()
+	if err := f.awaitCredit(p); err != nil {
+		return err
+	}
+	msg, err := f.sendBuffer(p, n)
+	if err != nil {
+		return err
+	}
+	b := msg.Bytes()
 	h.put(b)
 	copy(b[callHeader:], args)
 	copy(b[callHeader+len(args):], tail)
-	msg, _ := p.buf.Slice(0, n)
-	deadline := time.Now().Add(rnrTimeout)
-	backoff := dtutils.HotWait{Yield: rnrHot}
-	for {
-		if pre != nil {
-			if err := p.qp.Post(*pre); err != nil {
-				return f.lost(rank, err)
-			}
-		}
-		if err := p.qp.Post(dtutils.WorkRequest{Op: dtutils.OpSend, WRID: 1, Signaled: true, Local: msg}); err != nil {
+	if pre != nil {
+		if err := p.calls.Write(pre.Local, pre.Remote); err != nil {
+			msg.Done()
 			return f.lost(rank, err)
 		}
-		st, err := f.awaitSend(p)
-		if err != nil {
+	}
+	if err := p.calls.Send(msg, 0); err != nil {
+		return f.lost(rank, err)
+	}
+	p.sent++
+	if pre != nil {
+		// orig is the caller's again when CallBufferWrite returns.
+		if err := p.calls.Flush(f.ctx); err != nil {
+			return f.lost(rank, err)
+		}
+	}
+	return nil
+}
+
+// credit returns how many of this process's messages p has consumed.
+func (p *peer) credit() uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&p.creditWord.Bytes()[0])).Load()
+}
+
+// awaitCredit returns once p has a receive buffer for one more message
+// (p.mu held), driving the progress engines that bring credits in.
+func (f *Fabric) awaitCredit(p *peer) error {
+	limit := f.credits()
+	if p.sent-p.credit() < limit {
+		return nil
+	}
+	b := dtutils.HotWait{Spin: 2 * time.Microsecond, Yield: creditHot, Idle: f.proc.Idle}
+	seen, since := p.credit(), time.Now()
+	for {
+		c := p.credit()
+		if p.sent-c < limit {
+			return nil
+		}
+		if c != seen {
+			seen, since = c, time.Now()
+		}
+		if err := f.deadErr(p.rank); err != nil {
 			return err
 		}
-		switch st {
-		case dtutils.StatusSuccess:
-			return nil
-		case dtutils.StatusReceiverNotReady:
-			if time.Now().After(deadline) {
-				return fmt.Errorf("dsfabric: rank %d posted no receive buffer for %v: %w", rank, rnrTimeout, dtutils.ErrReceiverNotReady)
-			}
-			// The receiver reposts within microseconds when it is merely
-			// behind: yield rather than sleep on a timer (about a
-			// millisecond here) until rnrHot has passed.
-			backoff.Wait()
-		case dtutils.StatusConnectionLost:
-			return f.lost(rank, dtutils.ErrConnectionLost)
-		default:
-			return fmt.Errorf("dsfabric: sending to rank %d: %w", rank, st.Err())
+		if f.ctx.Err() != nil {
+			return ErrClosed
 		}
+		if err := p.calls.Err(); err != nil {
+			return f.lost(p.rank, err)
+		}
+		if time.Since(since) > creditTimeout {
+			return fmt.Errorf("dsfabric: rank %d consumed none of %d messages for %v: %w", p.rank, limit, creditTimeout, dtutils.ErrReceiverNotReady)
+		}
+		// Routing here would queue the destination's calls faster than it
+		// runs them when it is in this process; the peer's own threads
+		// route (its service thread when its workers are stuck).
+		if f.proc.Progress() > 0 {
+			b.Reset()
+			continue
+		}
+		p.calls.Poll()
+		b.Wait()
 	}
 }
 
-// awaitSend waits for the completion of the message (WRID 1), returning
-// the first failure among what completed before it.
-func (f *Fabric) awaitSend(p *peer) (dtutils.Status, error) {
-	first := dtutils.StatusSuccess
-	for {
-		n, err := p.qp.CQ().Wait(f.ctx, p.cs[:])
-		if err != nil {
-			return 0, ErrClosed
+// sendBuffer returns n bytes of send buffer for p (p.mu held), flushing
+// p's queue pair when every buffer is still in flight.
+func (f *Fabric) sendBuffer(p *peer, n int) (alloc.Memory, error) {
+	m, err := p.ring.Alloc(n)
+	if errors.Is(err, alloc.ErrBusy) {
+		if err := p.calls.Flush(f.ctx); err != nil {
+			return alloc.Memory{}, f.lost(p.rank, err)
 		}
-		for _, c := range p.cs[:n] {
-			if c.Status != dtutils.StatusSuccess && first == dtutils.StatusSuccess {
-				first = c.Status
-			}
-			if c.WRID == 1 && c.Op == dtutils.OpSend {
-				if first == dtutils.StatusSuccess {
-					first = c.Status
-				}
-				return first, nil
-			}
-		}
+		m, err = p.ring.Alloc(n)
 	}
+	if err != nil {
+		return alloc.Memory{}, fmt.Errorf("dsfabric: send buffer for rank %d: %w", p.rank, err)
+	}
+	return m, nil
 }
 
 func (f *Fabric) lost(rank int, err error) error {
@@ -287,88 +320,6 @@ func treeChildren(rank, root, size int) []int {
 	return out
 }
 
-// dispatch handles one received message (in a service thread).
-func (f *Fabric) dispatch(msg []byte, src int) {
-	h, args, tail, err := parseCall(msg)
-	if err != nil {
-		f.log.Warn("dsfabric: dropping a malformed message", "from", src, "err", err)
-		return
-	}
-	switch h.kind {
-	case kindReply:
-		if pc, ok := f.pending.LoadAndDelete(h.callID); ok {
-			if h.flags&flagError != 0 {
-				pc.ch <- callResult{err: fmt.Errorf("%w: rank %d: %s", ErrRemote, src, args)}
-			} else {
-				pc.ch <- callResult{data: append([]byte(nil), args...)}
-			}
-		}
-	case kindNotify:
-		if s, ok := f.syncs.Load(h.callID); ok {
-			s.Done()
-		}
-	case kindBroadcast:
-		root := int(h.dst)
-		for _, c := range treeChildren(f.rank, root, f.names.Size) {
-			if err := f.send(c, h, args, tail, nil); err != nil {
-				f.log.Warn("dsfabric: forwarding a broadcast", "to", c, "err", err)
-			}
-		}
-		for _, w := range f.workers {
-			w.push(queued{h: h, args: clone(args), buf: clone(tail)})
-		}
-	case kindCall:
-		var buf []byte
-		switch {
-		case h.flags&flagDestBuf != 0:
-			var dest alloc.Locator
-			if err := dest.UnmarshalBinary(tail); err == nil {
-				buf, err = f.proc.Registry().Resolve(dest)
-			}
-			if err != nil {
-				f.refuse(h, src, fmt.Sprintf("destination buffer: %v", err))
-				return
-			}
-		case h.flags&flagReadBuf != 0:
-			var orig, dest alloc.Locator
-			err := orig.UnmarshalBinary(tail[:locSize])
-			if err == nil {
-				err = dest.UnmarshalBinary(tail[locSize:])
-			}
-			if err == nil {
-				buf, err = f.readBuffer(src, orig, dest)
-			}
-			if err != nil {
-				f.refuse(h, src, fmt.Sprintf("reading the buffer: %v", err))
-				return
-			}
-		case len(tail) > 0:
-			buf = tail
-		}
-		if h.flags&flagService != 0 {
-			f.run(h, args, buf, ThreadID(h.dst))
-			return
-		}
-		if !f.names.Valid(ThreadID(h.dst)) || f.names.Rank(ThreadID(h.dst)) != f.rank {
-			f.refuse(h, src, fmt.Sprintf("thread %d is not in rank %d", h.dst, f.rank))
-			return
-		}
-		w := f.workers[f.names.ThreadRank(ThreadID(h.dst))]
-		if h.flags&(flagDestBuf|flagReadBuf) == 0 {
-			buf = clone(buf) // it lives in the receive buffer, reposted next
-		}
-		w.push(queued{h: h, args: clone(args), buf: buf})
-	}
-}
-
-// clone copies b (nil stays nil): worker calls outlive the receive buffer.
-func clone(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return append([]byte(nil), b...)
-}
-
 // readBuffer copies orig (at rank src) into dest (here) with a one-sided
 // read on the queue pair to src.
 func (f *Fabric) readBuffer(src int, orig, dest alloc.Locator) ([]byte, error) {
@@ -384,26 +335,10 @@ func (f *Fabric) readBuffer(src int, orig, dest alloc.Locator) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := f.peers[src]
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.qp.Post(dtutils.WorkRequest{Op: dtutils.OpRead, WRID: 2, Signaled: true, Local: local, Remote: orig}); err != nil {
+	if err := f.peers[src].calls.Read(f.ctx, local, orig); err != nil {
 		return nil, f.lost(src, err)
 	}
-	for {
-		n, err := p.qp.CQ().Wait(f.ctx, p.cs[:])
-		if err != nil {
-			return nil, ErrClosed
-		}
-		for _, c := range p.cs[:n] {
-			if c.Status != dtutils.StatusSuccess {
-				return nil, fmt.Errorf("dsfabric: reading from rank %d: %w", src, c.Status.Err())
-			}
-			if c.WRID == 2 {
-				return buf, nil
-			}
-		}
-	}
+	return buf, nil
 }
 
 // refuse answers a call that cannot run: an error reply or notification
@@ -420,8 +355,10 @@ func (f *Fabric) refuse(h callHdr, src int, why string) {
 	}
 }
 
-// run executes a call on the current (worker or service) thread.
-func (f *Fabric) run(h callHdr, args, buf []byte, self ThreadID) {
+// run executes a call on the current (worker or service) thread; c is the
+// thread's own Call, filled in for the handler (a fresh one per call would
+// escape to the heap through the handler).
+func (f *Fabric) run(h callHdr, args, buf []byte, self ThreadID, c *Call) {
 	src := f.names.Rank(ThreadID(h.src))
 	if h.kind == kindBroadcast {
 		src = int(h.dst)
@@ -434,8 +371,9 @@ func (f *Fabric) run(h callHdr, args, buf []byte, self ThreadID) {
 		f.refuse(h, src, fmt.Sprintf("%v %#08x", ErrUnknownHandler, uint32(h.handler)))
 		return
 	}
-	c := Call{Fabric: f, Src: ThreadID(h.src), Dst: self, Buffer: buf}
-	out, err := fn(&c, args)
+	*c = Call{Fabric: f, Src: ThreadID(h.src), Dst: self, Buffer: buf}
+	out, err := fn(c, args)
+	c.Buffer = nil
 	if h.flags&flagReply != 0 {
 		rh := callHdr{kind: kindReply, callID: h.callID}
 		if err != nil {

@@ -48,6 +48,11 @@ type Fabric struct {
 	client *client      // other ranks
 
 	workers  []*Worker
+	rx       sync.Mutex // held by the thread routing arrivals (recv.go)
+	rxCS     [16]dtutils.Completion
+	svc      inbox // service calls, broadcast forwarding, refusals
+	svcBell  chan struct{}
+	sends    *alloc.ZoneAllocator // send buffers
 	pending  *xsync.MapOf[uint64, *pendingCall]
 	syncs    *xsync.MapOf[uint64, *Synchronizer]
 	nextID   atomic.Uint64
@@ -68,13 +73,23 @@ type Fabric struct {
 }
 
 type peer struct {
-	rank int
-	qp   dtutils.QueuePair // send-based calls (and the reads of CallBufferRead)
-	mu   sync.Mutex        // one message in flight per peer: ordering and buf
-	buf  alloc.Memory
-	cs   [8]dtutils.Completion
-	data dtutils.QueuePair // one-sided traffic, driven by tx
-	tx   *dtutils.Transmitter
+	rank  int
+	qp    dtutils.QueuePair     // send-based calls (and the reads of CallBufferRead)
+	calls *dtutils.Transmitter  // drives qp
+	mu    sync.Mutex            // orders this process's messages to the peer; guards ring and sent
+	ring  *alloc.LinearCircular // send buffers
+	sent  uint64                // messages sent to the peer
+	// creditWord is where the peer writes how many of them it consumed.
+	creditWord alloc.Memory
+	data       dtutils.QueuePair // one-sided traffic, driven by tx
+	tx         *dtutils.Transmitter
+
+	// The receive side, under Fabric.rx: where the peer wants its credits
+	// (from its hello), the source word of that write, the messages
+	// consumed from it and the count last written.
+	creditAt           alloc.Locator
+	creditSrc          alloc.Memory
+	consumed, returned uint64
 }
 
 type pendingCall struct {
@@ -99,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 		return nil, err
 	}
 	f := &Fabric{cfg: cfg, rank: l.rank, launch: l, handlers: cfg.Handlers,
-		log:     cfg.Logger.With("rank", l.rank),
+		log:     cfg.Logger.With("rank", l.rank), svcBell: make(chan struct{}, 1),
 		pending: xsync.NewMapOf[uint64, *pendingCall](), syncs: xsync.NewMapOf[uint64, *Synchronizer](),
 		barWait: map[uint32]chan struct{}{}}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -169,6 +184,14 @@ func (f *Fabric) bootstrap(ctx context.Context) error {
 		}
 	}
 	if err := f.connectPeers(peers); err != nil {
+		return err
+	}
+	// Every Worker exists before anything is routed: routing indexes them.
+	for t := 0; t < f.cfg.ThreadsPerProcess; t++ {
+		id, _ := f.names.Thread(f.rank, t)
+		f.workers = append(f.workers, &Worker{f: f, id: id, bell: make(chan struct{}, 1)})
+	}
+	if err := f.hello(); err != nil {
 		return err
 	}
 	if f.coord != nil {
@@ -246,7 +269,7 @@ func lockedWriter(mu *sync.Mutex, w io.Writer) io.Writer {
 func (f *Fabric) prepare() error {
 	pc := dtutils.DefaultProcessConfig(uint32(f.rank))
 	pc.ReceiveSlots = 2 // the smallest ring dtutils allows
-	for pc.ReceiveSlots < f.cfg.RecvBuffers {
+	for pc.ReceiveSlots < f.recvCount() {
 		pc.ReceiveSlots <<= 1
 	}
 	var err error
@@ -468,17 +491,18 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 		return nil, err
 	}
 	f.peers[f.rank] = &peer{rank: f.rank, qp: a, data: c}
-	// Send buffers (one per peer) and posted receive buffers.
-	mm := f.cfg.MaxMessage
-	region, err := f.proc.Registry().NewRegion(mm*(size+f.cfg.RecvBuffers), alloc.RegionConfig{Name: "fabric"})
+	// Credit words (those peers write, then the sources of ours) and the
+	// posted receive buffers. Send buffers come from rings (connectPeers).
+	region, err := f.proc.Registry().NewRegion(f.recvBase()+f.recvStride()*f.recvCount(), alloc.RegionConfig{Name: "fabric"})
 	if err != nil {
 		return nil, err
 	}
 	f.recv = region
 	for r := 0; r < size; r++ {
-		f.peers[r].buf, _ = region.Memory(r*mm, mm)
+		f.peers[r].creditWord, _ = region.Memory(8*r, 8)
+		f.peers[r].creditSrc, _ = region.Memory(8*(size+r), 8)
 	}
-	for i := 0; i < f.cfg.RecvBuffers; i++ {
+	for i := 0; i < f.recvCount(); i++ {
 		if err := f.proc.PostRecv(f.recvBuf(i), uint64(i)); err != nil {
 			return nil, err
 		}
@@ -487,9 +511,19 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 }
 
 func (f *Fabric) recvBuf(i int) alloc.Memory {
-	m, _ := f.recv.Memory((f.names.Size+i)*f.cfg.MaxMessage, f.cfg.MaxMessage)
+	m, _ := f.recv.Memory(f.recvBase()+i*f.recvStride(), f.cfg.MaxMessage)
 	return m
 }
+
+// recvBase is where the receive buffers start in the fabric region, past
+// the credit words, on a cache line.
+func (f *Fabric) recvBase() int { return (16*f.names.Size + 63) &^ 63 }
+
+// recvStride is the distance between receive buffers: MaxMessage on whole
+// cache lines, plus one line, so that the buffers' first lines (all that a
+// small message touches) fall in different cache sets. With a stride of
+// 64 KiB they all shared one set of L1 and L2.
+func (f *Fabric) recvStride() int { return (f.cfg.MaxMessage+63)&^63 + 64 }
 
 func (f *Fabric) connectPeers(es []epEntry) error {
 	if len(es) != 2*(f.names.Size-1) {
@@ -522,12 +556,39 @@ func (f *Fabric) connectPeers(es []epEntry) error {
 	if err := errors.Join(all...); err != nil {
 		return err
 	}
+	unit := (f.cfg.MaxMessage + sendChunk - 1) &^ (sendChunk - 1)
+	var err error
+	if f.sends, err = alloc.NewZoneAllocator(f.proc.Registry(), alloc.ZoneConfig{SuperchunkSize: max(16<<20, 2*unit), ChunkSize: sendChunk, Region: alloc.RegionConfig{Name: "fabric-send"}}); err != nil {
+		return err
+	}
+	maxUnsig := f.proc.Config().MaxUnsignaled
 	for _, p := range f.peers {
-		tx, err := dtutils.NewTransmitter(p.data, f.proc.Config().MaxUnsignaled, dtutils.TransmitterConfig{})
-		if err != nil {
+		if p.tx, err = dtutils.NewTransmitter(p.data, maxUnsig, dtutils.TransmitterConfig{}); err != nil {
 			return err
 		}
-		p.tx = tx
+		if p.calls, err = dtutils.NewTransmitter(p.qp, maxUnsig, dtutils.TransmitterConfig{}); err != nil {
+			return err
+		}
+		if p.ring, err = alloc.NewLinearCircular(f.sends, alloc.CircularConfig{UnitSize: unit, InitialUnits: 2, MaxUnits: 16, Growth: alloc.Linear, Align: 8}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendChunk is the granule of send buffers: a ring unit is MaxMessage
+// rounded up to it.
+const sendChunk = 64 << 10
+
+// hello tells every rank, this one included, where to write its receive
+// credits for this process's messages: the first message on each queue
+// pair, so that it arrives before any other.
+func (f *Fabric) hello() error {
+	for _, p := range f.peers {
+		loc, _ := p.creditWord.Locator().MarshalBinary()
+		if err := f.send(p.rank, callHdr{kind: kindCredit}, loc, nil, nil); err != nil {
+			return fmt.Errorf("%w: credit hello to rank %d: %v", ErrBootstrap, p.rank, err)
+		}
 	}
 	return nil
 }
@@ -547,11 +608,6 @@ func (f *Fabric) Transmitter(rank int) (*dtutils.Transmitter, error) {
 
 // startThreads starts service and worker threads.
 func (f *Fabric) startThreads() {
-	// Every Worker exists before any thread runs: service threads index them.
-	for t := 0; t < f.cfg.ThreadsPerProcess; t++ {
-		id, _ := f.names.Thread(f.rank, t)
-		f.workers = append(f.workers, &Worker{f: f, id: id, bell: make(chan struct{}, 1)})
-	}
 	for i := 0; i < f.cfg.ServiceThreads; i++ {
 		f.wg.Add(1)
 		go func() {
@@ -597,31 +653,6 @@ func (f *Fabric) startThreads() {
 			}
 			body(w)
 		}(t, w)
-	}
-}
-
-// serveRecv is a service thread: it takes send-based messages from the
-// shared receive queue, runs service calls, hands worker calls over and
-// reposts the buffer.
-func (f *Fabric) serveRecv() {
-	cq := f.proc.RecvCQ()
-	var cs [16]dtutils.Completion
-	for {
-		n, err := cq.Wait(f.ctx, cs[:])
-		if err != nil {
-			return
-		}
-		for _, c := range cs[:n] {
-			m := f.recvBuf(int(c.WRID))
-			if c.Status == dtutils.StatusSuccess {
-				f.dispatch(m.Bytes()[:c.Bytes], int(c.Src))
-			} else {
-				f.log.Warn("dsfabric: failed receive", "from", c.Src, "status", c.Status)
-			}
-			if err := f.proc.PostRecv(m, c.WRID); err != nil && !f.closing.Load() {
-				f.log.Error("dsfabric: reposting a receive buffer", "err", err)
-			}
-		}
 	}
 }
 

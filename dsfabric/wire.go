@@ -238,6 +238,7 @@ const (
 	kindReply     = 2
 	kindNotify    = 3
 	kindBroadcast = 4
+	kindCredit    = 5 // a hello: the arguments are the locator of the sender's credit word
 
 	flagService = 1 << 0 // run on a service thread, not a worker
 	flagReply   = 1 << 1 // the caller waits for a reply (CallReturn)
@@ -284,7 +285,7 @@ func parseCall(b []byte) (callHdr, []byte, []byte, error) {
 		args:    binary.LittleEndian.Uint32(b[24:]),
 		buf:     binary.LittleEndian.Uint32(b[28:]),
 	}
-	if h.kind < kindCall || h.kind > kindBroadcast || h.flags&^flagsKnown != 0 || b[2] != 0 || b[3] != 0 {
+	if h.kind < kindCall || h.kind > kindCredit || h.flags&^flagsKnown != 0 || b[2] != 0 || b[3] != 0 {
 		return h, nil, nil, fmt.Errorf("%w: kind %d flags %#x", ErrBadMessage, h.kind, h.flags)
 	}
 	rest := b[callHeader:]

@@ -2,7 +2,6 @@ package dsfabric
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/seriema-go/seriema/dtutils"
@@ -12,19 +11,15 @@ import (
 // when Config.Pin is set) that runs the calls addressed to it, in arrival
 // order, when it polls.
 type Worker struct {
-	f    *Fabric
-	id   ThreadID
-	mu   sync.Mutex
-	q    []queued
-	bell chan struct{}
-	idle bool
-}
-
-// queued is a call handed from a service thread to a worker.
-type queued struct {
-	h    callHdr
-	args []byte // a copy
-	buf  []byte // the CallBuffer buffer (a copy, or registered memory)
+	f      *Fabric
+	id     ThreadID
+	in     inbox
+	spareQ []queued // the inbox's other half, swapped in by Poll
+	spareA []byte
+	call   Call // handed to each handler this worker runs
+	bell   chan struct{}
+	asleep pollMark // 1 while Serve sleeps on bell
+	polled pollMark // set by Poll, cleared by the service thread
 }
 
 // ID returns the worker's ThreadID.
@@ -33,11 +28,13 @@ func (w *Worker) ID() ThreadID { return w.id }
 // Fabric returns the worker's fabric.
 func (w *Worker) Fabric() *Fabric { return w.f }
 
-func (w *Worker) push(q queued) {
-	w.mu.Lock()
-	w.q = append(w.q, q)
-	w.mu.Unlock()
-	w.wake()
+// deliver queues a copy of a routed message, waking the worker if Serve
+// sleeps.
+func (w *Worker) deliver(h callHdr, args, tail []byte, src int) {
+	w.in.put(h, args, tail, src, false)
+	if w.asleep.Load() != 0 {
+		w.wake()
+	}
 }
 
 func (w *Worker) wake() {
@@ -47,15 +44,25 @@ func (w *Worker) wake() {
 	}
 }
 
-// Poll runs every call queued for this worker and returns how many ran.
+// Poll routes the messages that have arrived for this process (unless
+// another thread is routing them), then runs every call queued for this
+// worker and returns how many ran.
 func (w *Worker) Poll() int {
-	w.mu.Lock()
-	batch := w.q
-	w.q = nil
-	w.mu.Unlock()
-	for _, q := range batch {
-		w.f.run(q.h, q.args, q.buf, w.id)
+	if w.polled.Load() == 0 {
+		w.polled.Store(1)
 	}
+	w.f.tryRoute()
+	return w.run()
+}
+
+// run runs every call queued for this worker.
+func (w *Worker) run() int {
+	batch, arena := w.in.take(w.spareQ, w.spareA)
+	for i := range batch {
+		w.f.exec(batch[i], w.id, &w.call)
+		batch[i] = queued{} // the arena is reused: drop the slices
+	}
+	w.spareQ, w.spareA = batch, arena
 	return len(batch)
 }
 
@@ -76,10 +83,18 @@ func (w *Worker) Serve(ctx context.Context) {
 			continue
 		}
 		b.Reset()
-		select {
-		case <-w.bell:
-		case <-ctx.Done():
-		case <-w.f.ctx.Done():
+		// Stop routing: the service thread takes over at once, and rings
+		// the bell when a call for this worker arrives.
+		w.asleep.Store(1)
+		w.polled.Store(0)
+		w.f.wakeService()
+		if w.run() == 0 {
+			select {
+			case <-w.bell:
+			case <-ctx.Done():
+			case <-w.f.ctx.Done():
+			}
 		}
+		w.asleep.Store(0)
 	}
 }

@@ -160,6 +160,9 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 	// still be vacating it (it claimed the entry and has not released the
 	// slot yet): retry for a while. Only a poster that died in those few
 	// instructions leaves the slot stuck.
+	if p.srq.enqueue(e[:]) {
+		return nil
+	}
 	b := Backoff{Idle: p.Idle}
 	for start := time.Now(); !p.srq.enqueue(e[:]); {
 		if time.Since(start) > time.Second {
@@ -177,6 +180,28 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 
 // RecvCQ returns the completion queue of the shared receive queue.
 func (p *Process) RecvCQ() CompletionQueue { return p.recvCQ }
+
+// AwaitRecv returns once the receive completion queue holds a completion,
+// WakeRecv is called, ctx ends or d passes (early returns are allowed),
+// taking nothing: it lets one thread watch for receives that other
+// threads may take (dsfabric's service thread, while its workers poll).
+// It polls briefly, then sleeps on the ring's doorbell.
+func (p *Process) AwaitRecv(ctx context.Context, d time.Duration) {
+	ready := func() bool { return !p.rcq.empty() }
+	w := HotWait{Spin: 2 * time.Microsecond, Yield: hotWait}
+	for w.Hot() {
+		if ready() || p.Progress() > 0 && ready() || ctx.Err() != nil {
+			return
+		}
+		w.Wait()
+	}
+	p.Idle()
+	p.rcq.sleep(d, ready)
+}
+
+// WakeRecv wakes the threads sleeping in AwaitRecv or in a Wait of the
+// receive completion queue (they re-poll and find what they find).
+func (p *Process) WakeRecv() { p.rcq.wake() }
 
 // Close releases the process's registered memory, the receive queues included.
 func (p *Process) Close() error {

@@ -101,10 +101,7 @@ func (r *ring) enqueue(e []byte) bool {
 				off := r.cellAt(pos) + 8
 				copy(r.mem[off:off+r.entry], e)
 				r.seq(pos).Store(pos + 1)
-				if r.sleepers().Load() > 0 {
-					r.bell().Add(1)
-					futexWake(r.bell())
-				}
+				r.wake()
 				return true
 			}
 		case d < 0:
@@ -162,6 +159,14 @@ func (r *ring) sleep(d time.Duration, ready func() bool) {
 		futexWait(r.bell(), v, d)
 	}
 	r.sleepers().Add(^uint32(0))
+}
+
+// wake rings the doorbell if anyone announced a sleep.
+func (r *ring) wake() {
+	if r.sleepers().Load() > 0 {
+		r.bell().Add(1)
+		futexWake(r.bell())
+	}
 }
 
 // empty reports whether a dequeue would find nothing (a hint).

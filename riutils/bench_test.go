@@ -8,12 +8,13 @@ import (
 	"github.com/seriema-go/seriema/dsfabric"
 )
 
-// BenchmarkCall: one-sided calls from one thread to another of the same
-// process over shm (the micro benchmark's write, trad and ovfl modes in
-// one process), the receiver running each. Allocations are counted over
+// BenchmarkCall: calls from one thread to another of the same process
+// (the micro benchmark's send, write, trad and ovfl modes in one process;
+// send goes through dsfabric over loop, the others one-sided over shm),
+// the receiver running each. Allocations are counted over
 // both threads: the hot path of sender and receiver allocates nothing.
 func BenchmarkCall(b *testing.B) {
-	for _, mode := range []string{"write", "trad", "ovfl"} {
+	for _, mode := range []string{"send", "write", "trad", "ovfl"} {
 		for _, size := range []int{8, 64} {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
 				var h dsfabric.HandlerID
@@ -23,12 +24,24 @@ func BenchmarkCall(b *testing.B) {
 				b.SetBytes(int64(size))
 				twoThreads(b, DefaultConfig(), func(hs *dsfabric.Handlers) {
 					h, _ = hs.Register("bench", func(c *dsfabric.Call, a []byte) ([]byte, error) { ran.Add(1); return nil, nil })
-				}, func(m *Messengers) error { return serveUntil(m, &stop) },
+				}, func(m *Messengers) error {
+					if mode != "send" {
+						return serveUntil(m, &stop)
+					}
+					w := m.f.Worker(m.f.Names().ThreadRank(m.self))
+					for !stop.Load() {
+						w.Poll()
+					}
+					return nil
+				},
 					func(m *Messengers) error {
 						defer stop.Store(true)
 						call := func(a []byte) error { return m.Call(0, h, a) }
 						flush := func() error { return nil }
-						if mode != "write" {
+						switch mode {
+						case "send":
+							call = func(a []byte) error { return m.f.Call(m.self, 0, h, a, nil) }
+						case "trad", "ovfl":
 							md := Trad
 							if mode == "ovfl" {
 								md = Ovfl

@@ -1,0 +1,368 @@
+package dsfabric
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/dtutils"
+)
+
+// The receive side of send-based calls (docs/design.md, "dsfabric"):
+//
+//   - Messages land in the buffers this process posts to its shared receive
+//     queue. Whoever routes takes their completions, copies each message into
+//     the inbox of the thread it is for (a worker's, or the service
+//     threads'), reposts the buffer at once and counts it for its sender.
+//   - Routing is done by workers when they poll (Worker.Poll tries it
+//     first), so that a busy job needs no service thread and no wake-up per
+//     message; the service thread routes only while no worker polls, and
+//     otherwise just runs service calls.
+//   - Receive credits replace per-message acknowledgement: every sender may
+//     have credits() messages unconsumed here; routing writes the count it
+//     consumed from a sender into that sender's credit word (a one-sided
+//     write, batched), and the sender waits only when it has used them all.
+//   - Routing never sends and never blocks (it holds f.rx): replies that a
+//     refusal needs, broadcast forwarding and buffer reads run from the
+//     inboxes, outside the lock.
+
+// inbox is a thread's queue of routed calls. Arguments and buffers are
+// copied into an arena that the consumer swaps out whole, so routing
+// allocates nothing once the arenas have grown.
+type inbox struct {
+	mu    sync.Mutex
+	q     []queued
+	arena []byte
+}
+
+// queued is a routed message: its header, its arguments and buffer part
+// (slices of an inbox arena) and the rank it came from.
+type queued struct {
+	h       callHdr
+	args    []byte
+	tail    []byte
+	src     int
+	forward bool // a broadcast's service copy: forward it along the tree
+}
+
+// put appends a copy of a message; it reports whether the inbox was empty.
+func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) bool {
+	in.mu.Lock()
+	was := len(in.q) == 0
+	a := len(in.arena)
+	in.arena = append(in.arena, args...)
+	in.arena = append(in.arena, tail...)
+	q := queued{h: h, src: src, forward: forward}
+	if len(args) > 0 {
+		q.args = in.arena[a : a+len(args) : a+len(args)]
+	}
+	if len(tail) > 0 {
+		q.tail = in.arena[a+len(args) : len(in.arena) : len(in.arena)]
+	}
+	in.q = append(in.q, q)
+	in.mu.Unlock()
+	return was
+}
+
+// take swaps the queued calls out for the spare pair (emptied), returning
+// them; the caller hands them back as the next spare once they have run.
+func (in *inbox) take(spareQ []queued, spareA []byte) ([]queued, []byte) {
+	in.mu.Lock()
+	q, a := in.q, in.arena
+	in.q, in.arena = spareQ[:0], spareA[:0]
+	in.mu.Unlock()
+	return q, a
+}
+
+// credits is how many messages each sender may have unconsumed at this
+// process: the posted receive buffers split evenly among the ranks.
+func (f *Fabric) credits() uint64 { return uint64(f.recvCount() / f.names.Size) }
+
+// recvCount is the number of receive buffers posted: RecvBuffers, raised to
+// one per rank so that every sender has a credit.
+func (f *Fabric) recvCount() int { return max(f.cfg.RecvBuffers, f.names.Size) }
+
+// creditBatch is how many consumed messages routing lets a sender's count
+// fall behind before it writes it: a quarter of the credits, so that a
+// sender that has used them all always gets some back.
+func (f *Fabric) creditBatch() uint64 { return max(1, f.credits()/4) }
+
+// tryRoute routes what has arrived if no other thread is routing; it
+// returns how many messages it routed.
+func (f *Fabric) tryRoute() int {
+	if !f.rx.TryLock() {
+		return 0
+	}
+	n := f.routeLocked()
+	f.rx.Unlock()
+	return n
+}
+
+// routeLocked takes every receive completion there is (f.rx held).
+func (f *Fabric) routeLocked() int {
+	cq := f.proc.RecvCQ()
+	total := 0
+	for {
+		n := cq.Poll(f.rxCS[:])
+		if n == 0 {
+			break
+		}
+		for _, c := range f.rxCS[:n] {
+			m := f.recvBuf(int(c.WRID))
+			src := int(c.Src)
+			if c.Status == dtutils.StatusSuccess {
+				f.route(m.Bytes()[:c.Bytes], src)
+			} else {
+				f.log.Warn("dsfabric: failed receive", "from", c.Src, "status", c.Status)
+			}
+			if err := f.proc.PostRecv(m, c.WRID); err != nil && !f.closing.Load() {
+				f.log.Error("dsfabric: reposting a receive buffer", "err", err)
+			}
+			if src >= 0 && src < len(f.peers) {
+				f.peers[src].consumed++
+			}
+		}
+		total += n
+	}
+	if total > 0 {
+		f.returnCredits(false)
+	}
+	return total
+}
+
+// returnCredits writes each sender's consumed count into its credit word
+// when it has fallen a batch behind (or at all, with force); f.rx held.
+func (f *Fabric) returnCredits(force bool) {
+	batch := f.creditBatch()
+	for _, p := range f.peers {
+		if p.consumed == p.returned || !force && p.consumed-p.returned < batch {
+			continue
+		}
+		if p.creditAt.Length == 0 {
+			continue // its hello has not arrived: it has sent nothing else either
+		}
+		binary.LittleEndian.PutUint64(p.creditSrc.Bytes(), p.consumed)
+		if err := p.tx.Write(p.creditSrc, p.creditAt); err != nil {
+			if !f.closing.Load() && !f.isDead(p.rank) {
+				f.log.Warn("dsfabric: returning receive credits", "to", p.rank, "err", err)
+			}
+			continue
+		}
+		p.returned = p.consumed
+	}
+}
+
+// route copies one message into the inbox it is for; f.rx held. It never
+// sends: whatever needs an answer is queued for a thread that may.
+func (f *Fabric) route(msg []byte, src int) {
+	h, args, tail, err := parseCall(msg)
+	if err != nil {
+		f.log.Warn("dsfabric: dropping a malformed message", "from", src, "err", err)
+		return
+	}
+	switch h.kind {
+	case kindReply:
+		if pc, ok := f.pending.LoadAndDelete(h.callID); ok {
+			if h.flags&flagError != 0 {
+				pc.ch <- callResult{err: fmt.Errorf("%w: rank %d: %s", ErrRemote, src, args)}
+			} else {
+				pc.ch <- callResult{data: append([]byte(nil), args...)}
+			}
+		}
+	case kindNotify:
+		if s, ok := f.syncs.Load(h.callID); ok {
+			s.Done()
+		}
+	case kindCredit:
+		f.setCreditAt(args, src)
+	case kindBroadcast:
+		f.toService(h, args, tail, src, true)
+		for _, w := range f.workers {
+			w.deliver(h, args, tail, src)
+		}
+	case kindCall:
+		if h.flags&flagService != 0 {
+			f.toService(h, args, tail, src, false)
+			return
+		}
+		if !f.names.Valid(ThreadID(h.dst)) || f.names.Rank(ThreadID(h.dst)) != f.rank {
+			f.toService(h, args, tail, src, false) // refused there: a refusal sends
+			return
+		}
+		f.workers[f.names.ThreadRank(ThreadID(h.dst))].deliver(h, args, tail, src)
+	}
+}
+
+// setCreditAt records where rank src wants its credits written; f.rx held.
+func (f *Fabric) setCreditAt(b []byte, src int) {
+	var at alloc.Locator
+	err := at.UnmarshalBinary(b)
+	switch {
+	case err != nil:
+	case src < 0 || src >= len(f.peers):
+		err = fmt.Errorf("rank %d of %d", src, len(f.peers))
+	case at.Process != uint32(src) || at.Length != 8 || at.Offset%8 != 0:
+		err = fmt.Errorf("credit word %v is not 8 aligned bytes at rank %d", at, src)
+	}
+	if err != nil {
+		f.log.Warn("dsfabric: dropping a malformed credit hello", "from", src, "err", err)
+		return
+	}
+	f.peers[src].creditAt = at
+}
+
+// toService queues a message for the service threads and wakes one.
+func (f *Fabric) toService(h callHdr, args, tail []byte, src int, forward bool) {
+	f.svc.put(h, args, tail, src, forward)
+	f.wakeService()
+}
+
+// wakeService wakes the service threads, standing by or sleeping in
+// AwaitRecv.
+func (f *Fabric) wakeService() {
+	select {
+	case f.svcBell <- struct{}{}:
+	default:
+	}
+	f.proc.WakeRecv()
+}
+
+// serveService runs what the service inbox holds; it returns how many ran.
+func (f *Fabric) serveService(spareQ []queued, spareA []byte, c *Call) (int, []queued, []byte) {
+	q, a := f.svc.take(spareQ, spareA)
+	for i := range q {
+		f.exec(q[i], ThreadID(f.rank*f.names.ThreadsPerProcess), c)
+		q[i] = queued{}
+	}
+	return len(q), q, a
+}
+
+// exec runs a routed message on the current thread: a worker's calls and
+// broadcasts, or (self naming the process's first thread) service calls,
+// broadcast forwarding and refusals. c is the thread's Call, reused.
+func (f *Fabric) exec(m queued, self ThreadID, c *Call) {
+	h, src := m.h, m.src
+	if m.forward {
+		for _, c := range treeChildren(f.rank, int(h.dst), f.names.Size) {
+			if err := f.send(c, h, m.args, m.tail, nil); err != nil {
+				f.log.Warn("dsfabric: forwarding a broadcast", "to", c, "err", err)
+			}
+		}
+		return
+	}
+	if h.kind == kindBroadcast {
+		f.run(h, m.args, m.tail, self, c)
+		return
+	}
+	if h.flags&flagService == 0 {
+		if !f.names.Valid(ThreadID(h.dst)) || f.names.Rank(ThreadID(h.dst)) != f.rank {
+			f.refuse(h, src, fmt.Sprintf("thread %d is not in rank %d", h.dst, f.rank))
+			return
+		}
+		self = ThreadID(h.dst)
+	}
+	buf := m.tail
+	switch {
+	case h.flags&flagDestBuf != 0:
+		var dest alloc.Locator
+		err := dest.UnmarshalBinary(m.tail)
+		if err == nil {
+			buf, err = f.proc.Registry().Resolve(dest)
+		}
+		if err != nil {
+			f.refuse(h, src, fmt.Sprintf("destination buffer: %v", err))
+			return
+		}
+	case h.flags&flagReadBuf != 0:
+		var orig, dest alloc.Locator
+		err := orig.UnmarshalBinary(m.tail[:locSize])
+		if err == nil {
+			err = dest.UnmarshalBinary(m.tail[locSize:])
+		}
+		if err == nil {
+			buf, err = f.readBuffer(src, orig, dest)
+		}
+		if err != nil {
+			f.refuse(h, src, fmt.Sprintf("reading the buffer: %v", err))
+			return
+		}
+	}
+	f.run(h, m.args, buf, self, c)
+}
+
+// workersPolling reports whether any worker has polled since the last call
+// (and clears the marks): while they do, they route, and the service
+// thread only stands by.
+func (f *Fabric) workersPolling() bool {
+	any := false
+	for _, w := range f.workers {
+		if w.polled.Load() != 0 {
+			w.polled.Store(0)
+			any = true
+		}
+	}
+	return any
+}
+
+// serveRecv is a service thread. While workers poll it stands by: it runs
+// service calls when woken for them, and every standBy checks that the
+// workers still poll. Otherwise it routes, sleeping on the receive queue's
+// doorbell when there is nothing.
+func (f *Fabric) serveRecv() {
+	const standBy = time.Millisecond
+	timer := time.NewTimer(standBy)
+	defer timer.Stop()
+	var spareQ []queued
+	var spareA []byte
+	var c Call
+	active := false
+	for f.ctx.Err() == nil {
+		var ran int
+		ran, spareQ, spareA = f.serveService(spareQ, spareA, &c)
+		if active {
+			if ran > 0 {
+				continue
+			}
+			select {
+			case <-f.svcBell:
+				active = !f.workersAsleep()
+			case <-timer.C:
+				active = f.workersPolling()
+				timer.Reset(standBy)
+			case <-f.ctx.Done():
+			}
+			continue
+		}
+		f.rx.Lock()
+		n := f.routeLocked()
+		f.rx.Unlock()
+		if n+ran > 0 {
+			continue
+		}
+		if f.workersPolling() {
+			active = true
+			timer.Reset(standBy)
+			continue
+		}
+		f.proc.AwaitRecv(f.ctx, 50*time.Millisecond)
+	}
+}
+
+// workersAsleep reports whether every worker sleeps in Serve.
+func (f *Fabric) workersAsleep() bool {
+	for _, w := range f.workers {
+		if w.asleep.Load() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// pollMark is set by a worker's Poll and cleared by the service thread.
+type pollMark struct {
+	atomic.Uint32
+	_ [60]byte // a line of its own: every Poll stores to it
+}
