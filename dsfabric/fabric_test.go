@@ -30,12 +30,18 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // job runs body in every rank of a self-launched job (SPMD): the test
 // binary re-executes itself as the other ranks, which run this same test.
 func job(t *testing.T, procs, threads int, transport string, reg func(*Handlers), body func(*testing.T, *Fabric)) {
+	jobWith(t, Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport}, reg, body)
+}
+
+// jobWith is job with more of the configuration set (Handlers, Args,
+// BootstrapTimeout and Logger are the test's).
+func jobWith(t *testing.T, cfg Config, reg func(*Handlers), body func(*testing.T, *Fabric)) {
 	h := NewHandlers()
 	reg(h)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	f, err := Start(ctx, Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h,
-		Args: jobtest.RunArgs(t), BootstrapTimeout: 30 * time.Second, Logger: quiet})
+	cfg.Handlers, cfg.Args, cfg.BootstrapTimeout, cfg.Logger = h, jobtest.RunArgs(t), 30*time.Second, quiet
+	f, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,6 +391,9 @@ func FuzzCallMessage(f *testing.F) {
 	(&callHdr{kind: kindCall, handler: 1, args: 3}).put(b)
 	f.Add(b)
 	f.Add([]byte{1, 2, 3})
+	hello := make([]byte, callHeader+locSize)
+	(&callHdr{kind: kindCredit, args: locSize}).put(hello)
+	f.Add(hello)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, args, tail, err := parseCall(data)
 		if err != nil {

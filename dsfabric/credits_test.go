@@ -1,0 +1,179 @@
+package dsfabric
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// TestSection3_2_SendCredits (paper §3.2, send-based calls; docs/design.md,
+// "dsfabric"): with one receive buffer per sender (RecvBuffers = procs),
+// every thread floods every thread of the job, its own included, from two
+// goroutines per rank. Each call must arrive once and in order per pair of
+// threads, and no send may fail: a sender that overran its credits would
+// find no receive buffer posted, and its queue pair would fail.
+func TestSection3_2_SendCredits(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) { sendCredits(t, tr) })
+	}
+}
+
+func sendCredits(t *testing.T, transport string) {
+	const procs, threads, perPair = 4, 2, 300
+	type cell struct {
+		next atomic.Int64
+		bad  atomic.Int64
+	}
+	var seen [threads][procs * threads]cell // [our thread][source thread]
+	var hSeq HandlerID
+	reg := func(h *Handlers) {
+		hSeq, _ = h.Register("seq", func(c *Call, a []byte) ([]byte, error) {
+			src, n := binary.LittleEndian.Uint32(a), int64(binary.LittleEndian.Uint32(a[4:]))
+			cl := &seen[c.Fabric.Names().ThreadRank(c.Dst)][src]
+			if ThreadID(src) != c.Src || cl.next.Load() != n {
+				cl.bad.Add(1)
+			}
+			cl.next.Store(n + 1)
+			return nil, nil
+		})
+	}
+	jobWith(t, Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, RecvBuffers: procs}, reg, func(t *testing.T, f *Fabric) {
+		if got := f.credits(); got != 1 {
+			t.Errorf("credits %d with %d receive buffers and %d ranks, want 1", got, procs, procs)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, threads)
+		for th := 0; th < threads; th++ {
+			me, _ := f.Names().Thread(f.Rank(), th)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := make([]byte, 8)
+				for i := 0; i < perPair; i++ {
+					for dst := ThreadID(0); dst < procs*threads; dst++ {
+						binary.LittleEndian.PutUint32(a, uint32(me))
+						binary.LittleEndian.PutUint32(a[4:], uint32(i))
+						if err := f.Call(me, dst, hSeq, a, nil); err != nil {
+							errs <- fmt.Errorf("call %d from %d to %d: %w", i, me, dst, err)
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for th := 0; th < threads; th++ {
+			for src := range seen[th] {
+				cl := &seen[th][src]
+				for cl.next.Load() != perPair && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				if n, bad := cl.next.Load(), cl.bad.Load(); n != perPair || bad != 0 {
+					t.Errorf("rank %d thread %d from thread %d: %d calls ran, %d out of order, want %d in order", f.Rank(), th, src, n, bad, perPair)
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestSection3_2_CallsInHandlers: handlers that call the other rank from
+// inside the handler, many chains at once, one receive buffer per sender.
+// A worker blocked in a send for want of credits must not stop its own
+// process from consuming (its service thread routes while it does not
+// poll), or both ranks would wait for each other's credits forever.
+func TestSection3_2_CallsInHandlers(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			const chains, hops = 64, 200
+			var done atomic.Int64
+			var hPing HandlerID
+			reg := func(h *Handlers) {
+				hPing, _ = h.Register("ping", func(c *Call, a []byte) ([]byte, error) {
+					left := binary.LittleEndian.Uint32(a)
+					if left == 0 {
+						done.Add(1)
+						return nil, nil
+					}
+					binary.LittleEndian.PutUint32(a, left-1)
+					other, _ := c.Fabric.Names().Thread(1-c.Fabric.Rank(), 0)
+					return nil, c.Fabric.Call(c.Dst, other, hPing, a, nil)
+				})
+			}
+			jobWith(t, Config{Procs: 2, ThreadsPerProcess: 1, Transport: tr, RecvBuffers: 2}, reg, func(t *testing.T, f *Fabric) {
+				me, _ := f.Names().Thread(f.Rank(), 0)
+				other, _ := f.Names().Thread(1-f.Rank(), 0)
+				a := make([]byte, 4)
+				for i := 0; i < chains; i++ {
+					binary.LittleEndian.PutUint32(a, hops)
+					if err := f.Call(me, other, hPing, a, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// A chain of an even number of hops ends at the other rank,
+				// which started as many.
+				deadline := time.Now().Add(30 * time.Second)
+				for done.Load() != chains && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				if n := done.Load(); n != chains {
+					t.Fatalf("rank %d: %d of %d call chains ended", f.Rank(), n, chains)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := f.Barrier(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// TestCreditHello: a credit hello is taken only when it names an aligned
+// word of its sender's memory; anything else is dropped (and credits for
+// that sender are never written anywhere else).
+func TestCreditHello(t *testing.T) {
+	f := &Fabric{log: quiet, peers: []*peer{{rank: 0}, {rank: 1}}}
+	good := alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 3}, Offset: 16, Length: 8, Key: 9}
+	for _, c := range []struct {
+		name string
+		loc  alloc.Locator
+		src  int
+		raw  []byte
+	}{
+		{name: "another process", loc: alloc.Locator{RegionRef: alloc.RegionRef{Process: 0, Region: 3}, Offset: 16, Length: 8}, src: 1},
+		{name: "not a word", loc: alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 3}, Offset: 16, Length: 16}, src: 1},
+		{name: "unaligned", loc: alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 3}, Offset: 12, Length: 8}, src: 1},
+		{name: "unknown rank", loc: good, src: 7},
+		{name: "short", raw: []byte{1, 2, 3}, src: 1},
+	} {
+		b := c.raw
+		if b == nil {
+			b, _ = c.loc.MarshalBinary()
+		}
+		f.setCreditAt(b, c.src)
+		if f.peers[1].creditAt != (alloc.Locator{}) {
+			t.Fatalf("%s: taken as %v", c.name, f.peers[1].creditAt)
+		}
+	}
+	b, _ := good.MarshalBinary()
+	f.setCreditAt(b, 1)
+	if f.peers[1].creditAt != good {
+		t.Fatalf("a good hello gave %v, want %v", f.peers[1].creditAt, good)
+	}
+}
