@@ -114,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 		return nil, err
 	}
 	f := &Fabric{cfg: cfg, rank: l.rank, launch: l, handlers: cfg.Handlers,
-		log:     cfg.Logger.With("rank", l.rank), svcBell: make(chan struct{}, 1),
+		log: cfg.Logger.With("rank", l.rank), svcBell: make(chan struct{}, 1),
 		pending: xsync.NewMapOf[uint64, *pendingCall](), syncs: xsync.NewMapOf[uint64, *Synchronizer](),
 		barWait: map[uint32]chan struct{}{}}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
