@@ -268,14 +268,40 @@ func (f *Fabric) callReturn(ctx context.Context, rank int, hd callHdr, args []by
 			return nil, err
 		}
 	}
-	select {
-	case r := <-pc.ch:
-		return r.data, r.err
-	case <-ctx.Done():
-		f.pending.Delete(hd.callID)
-		return nil, ctx.Err()
-	case <-f.ctx.Done():
-		return nil, ErrClosed
+	return f.awaitReply(ctx, hd.callID, pc)
+}
+
+// awaitReply waits for a call's reply. The caller routes arrivals itself
+// and, once idle for HotPeriod, sleeps on the receive queue's doorbell, so
+// that the reply's arrival wakes it directly (one wake-up where parking on
+// the channel took the router's and then its own).
+func (f *Fabric) awaitReply(ctx context.Context, id uint64, pc *pendingCall) ([]byte, error) {
+	stop := context.AfterFunc(ctx, f.proc.WakeRecv)
+	defer stop()
+	arrived := func() bool { return len(pc.ch) > 0 }
+	hot := dtutils.HotWait{Spin: 2 * time.Microsecond, Yield: f.cfg.HotPeriod}
+	for {
+		select {
+		case r := <-pc.ch:
+			return r.data, r.err
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			f.pending.Delete(id)
+			return nil, err
+		}
+		if f.ctx.Err() != nil {
+			return nil, ErrClosed
+		}
+		if f.tryRoute() > 0 {
+			hot.Reset()
+			continue
+		}
+		if hot.Hot() {
+			hot.Wait()
+			continue
+		}
+		f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, arrived)
 	}
 }
 

@@ -57,8 +57,9 @@
 // A ThreadID is rank × ThreadsPerProcess + thread rank; Names converts
 // between them and knows which ranks share a machine. Worker threads are
 // goroutines locked to OS threads (pinned with Config.Pin and
-// Config.Placement); service threads take send-based messages from the
-// process's shared receive queue.
+// Config.Placement); service threads run service calls, and take
+// send-based messages from the process's shared receive queue while no
+// worker does (see "Send-based calls" below).
 //
 // # Handlers
 //
@@ -99,10 +100,28 @@
 // Self-launched ranks die with their launcher (PR_SET_PDEATHSIG); Ctrl-C
 // reaches every rank through the terminal's process group.
 //
-// Send-based calls wait for the transport's acknowledgement of each message
-// (so that a receiver without a free buffer makes the sender retry instead of
-// losing the call): cheap over shared memory, a round trip over tcp. The
-// fast path for bulk calls is one-sided (package riutils).
+// # Send-based calls
+//
+// No message is acknowledged one by one. Each rank may have credits
+// messages unconsumed at a process: max(RecvBuffers, ranks) posted receive
+// buffers split evenly among the ranks. A call is built in a send buffer
+// and sent (through a dtutils.Transmitter, selectively signaled); the
+// sender waits only when it has used all its credits, until the receiver
+// writes back (one-sided, into a word the sender named in its first
+// message, a quarter of the credits at a time) how many it consumed.
+//
+// Arrivals are routed — copied into the inbox of the thread they are for,
+// the buffer reposted at once — by whichever thread gets there first: a
+// worker when it polls (Worker.Poll routes, then runs its own inbox), a
+// worker sleeping in Serve or a caller awaiting a reply (both sleep on the
+// receive queue's doorbell, so that an arrival wakes them directly), or,
+// while no worker polls (all stuck in handlers, or bodies that stopped
+// polling), the service thread. A worker blocked in a send for want of
+// credits therefore never stops its process from consuming. Handlers get
+// their arguments from the inbox (valid until they return) and the thread's
+// own *Call (valid until they return). docs/wire.md has the credit hello.
+//
+// The fast path for bulk calls is one-sided (package riutils).
 //
 // Byte formats crossing processes are in wire.go and docs/wire.md.
 package dsfabric

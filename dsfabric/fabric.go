@@ -189,7 +189,7 @@ func (f *Fabric) bootstrap(ctx context.Context) error {
 	// Every Worker exists before anything is routed: routing indexes them.
 	for t := 0; t < f.cfg.ThreadsPerProcess; t++ {
 		id, _ := f.names.Thread(f.rank, t)
-		f.workers = append(f.workers, &Worker{f: f, id: id, bell: make(chan struct{}, 1)})
+		f.workers = append(f.workers, &Worker{f: f, id: id})
 	}
 	if err := f.hello(); err != nil {
 		return err
@@ -766,6 +766,9 @@ func (f *Fabric) markDead(r int, reason string) {
 		}
 		return true
 	})
+	if f.proc != nil {
+		f.proc.WakeRecv() // callers awaiting those replies
+	}
 	if f.coord != nil {
 		go f.coord.announce(r, reason)
 	}
@@ -851,8 +854,8 @@ func (f *Fabric) Close() error {
 func (f *Fabric) teardown() error {
 	f.closing.Store(true)
 	f.cancel()
-	for _, w := range f.workers {
-		w.wake()
+	if f.proc != nil {
+		f.proc.WakeRecv() // workers and service threads asleep on it
 	}
 	f.wg.Wait()
 	for _, p := range f.provs {

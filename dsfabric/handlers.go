@@ -37,8 +37,9 @@ type Call struct {
 	Buffer []byte
 }
 
-// HandlerFunc is a raw handler: it gets the argument bytes (valid until it
-// returns) and returns the result bytes for CallReturn (ignored otherwise).
+// HandlerFunc is a raw handler: it gets the argument bytes and c (both
+// valid until it returns: c is its thread's, reused for the next call) and
+// returns the result bytes for CallReturn (ignored otherwise).
 // This is the zero-allocation path.
 type HandlerFunc func(c *Call, args []byte) ([]byte, error)
 

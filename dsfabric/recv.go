@@ -67,6 +67,14 @@ func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) bool {
 	return was
 }
 
+// pending reports whether calls are queued.
+func (in *inbox) pending() bool {
+	in.mu.Lock()
+	n := len(in.q)
+	in.mu.Unlock()
+	return n > 0
+}
+
 // take swaps the queued calls out for the spare pair (emptied), returning
 // them; the caller hands them back as the next spare once they have run.
 func (in *inbox) take(spareQ []queued, spareA []byte) ([]queued, []byte) {
@@ -171,6 +179,7 @@ func (f *Fabric) route(msg []byte, src int) {
 			} else {
 				pc.ch <- callResult{data: append([]byte(nil), args...)}
 			}
+			f.proc.WakeRecv() // its caller may sleep in AwaitRecv
 		}
 	case kindNotify:
 		if s, ok := f.syncs.Load(h.callID); ok {
@@ -307,13 +316,14 @@ func (f *Fabric) workersPolling() bool {
 	return any
 }
 
-// serveRecv is a service thread. While workers poll it stands by: it runs
-// service calls when woken for them, and every standBy checks that the
-// workers still poll. Otherwise it routes, sleeping on the receive queue's
-// doorbell when there is nothing.
+// serveRecv is a service thread. While workers route — they poll, or
+// sleep in Serve, where an arrival wakes them — it stands by: it runs
+// service calls when woken for them, and checks every standBy that the
+// workers still route. Otherwise (no worker polls: they are stuck in
+// handlers, or their bodies stopped polling) it routes, sleeping on the
+// receive queue's doorbell when there is nothing.
 func (f *Fabric) serveRecv() {
-	const standBy = time.Millisecond
-	timer := time.NewTimer(standBy)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var spareQ []queued
 	var spareA []byte
@@ -322,16 +332,15 @@ func (f *Fabric) serveRecv() {
 	for f.ctx.Err() == nil {
 		var ran int
 		ran, spareQ, spareA = f.serveService(spareQ, spareA, &c)
+		if ran > 0 {
+			continue
+		}
 		if active {
-			if ran > 0 {
-				continue
-			}
 			select {
 			case <-f.svcBell:
-				active = !f.workersAsleep()
 			case <-timer.C:
-				active = f.workersPolling()
-				timer.Reset(standBy)
+				active = f.workersRoute()
+				timer.Reset(f.standBy())
 			case <-f.ctx.Done():
 			}
 			continue
@@ -339,16 +348,36 @@ func (f *Fabric) serveRecv() {
 		f.rx.Lock()
 		n := f.routeLocked()
 		f.rx.Unlock()
-		if n+ran > 0 {
+		if n > 0 {
 			continue
 		}
-		if f.workersPolling() {
+		if f.workersRoute() {
 			active = true
-			timer.Reset(standBy)
+			timer.Reset(f.standBy())
 			continue
 		}
-		f.proc.AwaitRecv(f.ctx, 50*time.Millisecond)
+		f.proc.AwaitRecv(f.ctx, hotService, 50*time.Millisecond, f.svc.pending)
 	}
+}
+
+// hotService is how long an idle service thread that routes polls before
+// it sleeps.
+const hotService = 50 * time.Microsecond
+
+// standBy is how often a standing-by service thread checks that the
+// workers still route: soon while they poll (one may get stuck in a
+// handler), rarely while they all sleep in Serve.
+func (f *Fabric) standBy() time.Duration {
+	if f.workersAsleep() {
+		return 20 * time.Millisecond
+	}
+	return time.Millisecond
+}
+
+// workersRoute reports whether the workers route arrivals: one has polled
+// since the last call (the marks are cleared), or all sleep in Serve.
+func (f *Fabric) workersRoute() bool {
+	return f.workersPolling() || f.workersAsleep()
 }
 
 // workersAsleep reports whether every worker sleeps in Serve.

@@ -16,9 +16,8 @@ type Worker struct {
 	in     inbox
 	spareQ []queued // the inbox's other half, swapped in by Poll
 	spareA []byte
-	call   Call // handed to each handler this worker runs
-	bell   chan struct{}
-	asleep pollMark // 1 while Serve sleeps on bell
+	call   Call     // handed to each handler this worker runs
+	asleep pollMark // 1 while Serve sleeps on the receive queue's doorbell
 	polled pollMark // set by Poll, cleared by the service thread
 }
 
@@ -33,14 +32,7 @@ func (w *Worker) Fabric() *Fabric { return w.f }
 func (w *Worker) deliver(h callHdr, args, tail []byte, src int) {
 	w.in.put(h, args, tail, src, false)
 	if w.asleep.Load() != 0 {
-		w.wake()
-	}
-}
-
-func (w *Worker) wake() {
-	select {
-	case w.bell <- struct{}{}:
-	default:
+		w.f.proc.WakeRecv()
 	}
 }
 
@@ -66,8 +58,13 @@ func (w *Worker) run() int {
 	return len(batch)
 }
 
-// Serve polls until ctx ends or the fabric closes, sleeping when idle.
+// Serve polls until ctx ends or the fabric closes. Once idle for
+// Config.HotPeriod it sleeps on the doorbell of the process's receive
+// queue, so that an arrival wakes it directly and it routes the message
+// itself (one wake-up, not the service thread's and then its own).
 func (w *Worker) Serve(ctx context.Context) {
+	stop := context.AfterFunc(ctx, w.f.proc.WakeRecv)
+	defer stop()
 	hot := w.f.cfg.HotPeriod
 	b := dtutils.HotWait{Spin: min(2*time.Microsecond, hot), Yield: hot}
 	for {
@@ -83,17 +80,9 @@ func (w *Worker) Serve(ctx context.Context) {
 			continue
 		}
 		b.Reset()
-		// Stop routing: the service thread takes over at once, and rings
-		// the bell when a call for this worker arrives.
 		w.asleep.Store(1)
-		w.polled.Store(0)
-		w.f.wakeService()
-		if w.run() == 0 {
-			select {
-			case <-w.bell:
-			case <-ctx.Done():
-			case <-w.f.ctx.Done():
-			}
+		for w.Poll() == 0 && ctx.Err() == nil && w.f.ctx.Err() == nil {
+			w.f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, w.in.pending)
 		}
 		w.asleep.Store(0)
 	}

@@ -182,18 +182,24 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 func (p *Process) RecvCQ() CompletionQueue { return p.recvCQ }
 
 // AwaitRecv returns once the receive completion queue holds a completion,
-// WakeRecv is called, ctx ends or d passes (early returns are allowed),
-// taking nothing: it lets one thread watch for receives that other
-// threads may take (dsfabric's service thread, while its workers poll).
-// It polls briefly, then sleeps on the ring's doorbell.
-func (p *Process) AwaitRecv(ctx context.Context, d time.Duration) {
-	ready := func() bool { return !p.rcq.empty() }
-	w := HotWait{Spin: 2 * time.Microsecond, Yield: hotWait}
+// done (if not nil) reports true, WakeRecv is called, ctx ends or d passes
+// (early returns are allowed), taking nothing: it lets threads watch for
+// receives that any of them may take (dsfabric's sleeping workers, service
+// thread and callers awaiting replies). done is checked after the sleep is
+// announced, so that a producer that makes it true and then calls WakeRecv
+// is never missed. It polls for hot (spinning 2 µs, then yielding), then
+// sleeps on the ring's doorbell.
+func (p *Process) AwaitRecv(ctx context.Context, hot, d time.Duration, done func() bool) {
+	ready := func() bool { return !p.rcq.empty() || done != nil && done() }
+	w := HotWait{Spin: min(2*time.Microsecond, hot), Yield: hot}
 	for w.Hot() {
 		if ready() || p.Progress() > 0 && ready() || ctx.Err() != nil {
 			return
 		}
 		w.Wait()
+	}
+	if ctx.Err() != nil {
+		return
 	}
 	p.Idle()
 	p.rcq.sleep(d, ready)

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"sort"
 	"time"
 
@@ -15,8 +17,9 @@ import (
 )
 
 // IdleResult is one line of mctsbench idle: the CPU share of one process of
-// a job with nothing to do (mode "idle"), or how fast a call wakes an idle
-// worker (mode "wake").
+// a job with nothing to do (mode "idle"), how fast a call wakes an idle
+// worker (mode "wake"), or how fast a plain pipe round trip wakes an idle
+// process (mode "pipe-wake", the operating system's floor, same run).
 type IdleResult struct {
 	Mode      string  `json:"mode"`
 	Transport string  `json:"transport"`
@@ -59,8 +62,10 @@ func idle(args []string, stdout, stderr io.Writer) int {
 			json.NewEncoder(stdout).Encode(r)
 		} else if r.Mode == "idle" {
 			fmt.Fprintf(stdout, "rank %d (%s): %.2f %% of a core over %.0f s idle\n", r.Rank, r.Transport, 100*r.CPUShare, r.WindowS)
-		} else {
+		} else if r.Mode == "wake" {
 			fmt.Fprintf(stdout, "first call after 100 ms idle (%s, %d tries): p50 %v, max %v\n", r.Transport, r.N, time.Duration(r.P50ns), time.Duration(r.MaxNs))
+		} else {
+			fmt.Fprintf(stdout, "plain pipe round trip to a process idle for 100 ms (%d tries): p50 %v, max %v\n", r.N, time.Duration(r.P50ns), time.Duration(r.MaxNs))
 		}
 	}
 	return 0
@@ -137,10 +142,72 @@ func runIdle(procs int, window, hot time.Duration, transport string, wakes int, 
 	}
 	sort.Float64s(lat)
 	out = append(out, IdleResult{Mode: "wake", Transport: f.Transports(), N: len(lat), P50ns: percentile(lat, 50), MaxNs: lat[len(lat)-1]})
+	pw, err := pipeWake(wakes)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, pw)
 	for r := 1; r < procs; r++ {
 		if err := f.CallService(src, r, hStop, nil, nil); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// pipeEchoEnv makes mctsbench (or its test binary) echo its standard input
+// to its standard output: the plain-pipe peer of mctsbench idle.
+const pipeEchoEnv = "MCTSBENCH_PIPE_ECHO"
+
+// pipeEcho is that peer's body.
+func pipeEcho() int {
+	b := make([]byte, 1)
+	for {
+		if _, err := os.Stdin.Read(b); err != nil {
+			return 0
+		}
+		if _, err := os.Stdout.Write(b); err != nil {
+			return 0
+		}
+	}
+}
+
+// pipeWake times one-byte round trips through pipes to a child process
+// that has idled (blocked in read) for 100 ms before each: what waking a
+// sleeping process costs on this machine, whatever the middleware.
+func pipeWake(wakes int) (IdleResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return IdleResult{}, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), pipeEchoEnv+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return IdleResult{}, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return IdleResult{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return IdleResult{}, fmt.Errorf("pipe peer: %w", err)
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	b := make([]byte, 1)
+	var lat []float64
+	for i := 0; i < wakes; i++ {
+		time.Sleep(100 * time.Millisecond)
+		t := time.Now()
+		if _, err := in.Write(b); err != nil {
+			return IdleResult{}, fmt.Errorf("pipe peer: %w", err)
+		}
+		if _, err := io.ReadFull(out, b); err != nil {
+			return IdleResult{}, fmt.Errorf("pipe peer: %w", err)
+		}
+		lat = append(lat, float64(time.Since(t).Nanoseconds()))
+	}
+	sort.Float64s(lat)
+	return IdleResult{Mode: "pipe-wake", Transport: "pipe", N: len(lat), P50ns: percentile(lat, 50), MaxNs: lat[len(lat)-1]}, nil
 }

@@ -172,6 +172,9 @@ func asPeer(f func() int) int {
 }
 
 func main() {
+	if os.Getenv(pipeEchoEnv) != "" {
+		os.Exit(pipeEcho())
+	}
 	if env := os.Getenv(rawRoleEnv); env != "" {
 		os.Exit(asPeer(func() int { return senderMain(env, os.Stdin, os.Stdout, os.Stderr) }))
 	}

@@ -18,6 +18,9 @@ import (
 // The smoke tests run the real binary path: the test binary re-executes
 // itself as the sender, so TestMain dispatches like main.
 func TestMain(m *testing.M) {
+	if os.Getenv(pipeEchoEnv) != "" {
+		os.Exit(pipeEcho())
+	}
 	if env := os.Getenv(rawRoleEnv); env != "" {
 		os.Exit(senderMain(env, os.Stdin, os.Stdout, os.Stderr))
 	}
@@ -218,8 +221,8 @@ func TestIdleMeasures(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("want 2 idle lines and 1 wake line, got %q", out.String())
+	if len(lines) != 4 {
+		t.Fatalf("want 2 idle lines, 1 wake line and 1 pipe-wake line, got %q", out.String())
 	}
 	for i, l := range lines {
 		var r IdleResult
@@ -231,6 +234,8 @@ func TestIdleMeasures(t *testing.T) {
 			t.Fatalf("idle line %d: %+v", i, r)
 		case i == 2 && (r.Mode != "wake" || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
 			t.Fatalf("wake line: %+v", r)
+		case i == 3 && (r.Mode != "pipe-wake" || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
+			t.Fatalf("pipe-wake line: %+v", r)
 		}
 	}
 }

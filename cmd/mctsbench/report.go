@@ -570,16 +570,23 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	goal(&w, "latency p50 at 8 B (µs)", ours/1000, 2, false)
 	goal(&w, "net/rpc p50 / ours", over(netrpcLat, ours), 10, true)
 	if len(d.idle) > 0 {
-		worst, wake := 0.0, 0.0
+		worst, wake, pipe := 0.0, 0.0, 0.0
 		for _, r := range d.idle {
-			if r.Mode == "idle" {
+			switch r.Mode {
+			case "idle":
 				worst = max(worst, 100*r.CPUShare)
-			} else if r.Mode == "wake" {
+			case "wake":
 				wake = r.P50ns / 1000
+			case "pipe-wake":
+				pipe = r.P50ns / 1000
 			}
 		}
 		goal(&w, "idle job: CPU per process, highest (% of a core)", worst, 5, false)
 		goal(&w, "first call after 100 ms idle, p50 (µs)", wake, 50, false)
+		if pipe > 0 {
+			// The floor: a pipe round trip to a process asleep as long.
+			goal(&w, "first call after idle / plain pipe round trip after idle, p50", wake/pipe, 2, false)
+		}
 	}
 
 	if len(d.scale) > 0 {
