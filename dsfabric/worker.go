@@ -80,8 +80,11 @@ func (w *Worker) Serve(ctx context.Context) {
 			continue
 		}
 		b.Reset()
+		// Asleep, the worker routes but runs nothing: a call that blocks
+		// must find it marked awake, or the service thread would count on
+		// it to route.
 		w.asleep.Store(1)
-		for w.Poll() == 0 && ctx.Err() == nil && w.f.ctx.Err() == nil {
+		for w.f.tryRoute(); !w.in.pending() && ctx.Err() == nil && w.f.ctx.Err() == nil; w.f.tryRoute() {
 			w.f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, w.in.pending)
 		}
 		w.asleep.Store(0)
