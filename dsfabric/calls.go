@@ -59,6 +59,11 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 		}
 	}
 	if err := p.calls.Send(msg, 0); err != nil {
+		if errors.Is(err, dtutils.ErrReceiverNotReady) {
+			// Credits make this impossible; if it happens anyway, the
+			// call fails and the connection stays usable.
+			return fmt.Errorf("dsfabric: rank %d had no receive buffer: %w", rank, err)
+		}
 		return f.lost(rank, err)
 	}
 	p.sent++

@@ -131,3 +131,49 @@ func transportByName(t testing.TB, name string) struct {
 	t.Fatalf("no transport %q", name)
 	panic("unreachable")
 }
+
+// TestSyncSendNow: over loop and shm a Transmitter's Send delivers at once
+// (no ticket, nothing outstanding, its buffer recycled), and a send that
+// finds no receive posted, or one too small, is that call's error: the
+// queue pair is not failed, and the next send, once a receive is posted,
+// lands.
+func TestSyncSendNow(t *testing.T) {
+	for _, name := range []string{"loop", "shm"} {
+		t.Run(name, func(t *testing.T) {
+			a, b := connectPair(t, transportByName(t, name).make, nil)
+			tx, _ := NewTransmitter(a.qp, 64, TransmitterConfig{SignalEvery: 4})
+			msg := a.mem(t, 0, 16)
+			copy(msg.Bytes(), "sixteen bytes ok")
+			if err := tx.Send(msg, 7); !errors.Is(err, ErrReceiverNotReady) {
+				t.Fatalf("send with no receive posted: %v, want ErrReceiverNotReady", err)
+			}
+			if err := b.proc.PostRecv(b.mem(t, 0, 8), 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Send(msg, 7); !errors.Is(err, ErrLength) {
+				t.Fatalf("send into an 8-byte receive: %v, want ErrLength", err)
+			}
+			var cs [4]Completion
+			if n := b.proc.RecvCQ().Poll(cs[:]); n != 1 || cs[0].Status != StatusLength {
+				t.Fatalf("receiver saw %v, want one StatusLength completion", cs[:n])
+			}
+			for i := 0; i < 100; i++ {
+				if err := b.proc.PostRecv(b.mem(t, 64, 16), uint64(i)); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Send(msg, uint32(i)); err != nil {
+					t.Fatalf("send %d after the failures: %v", i, err)
+				}
+				if n := b.proc.RecvCQ().Poll(cs[:]); n != 1 || cs[0].Status != StatusSuccess || cs[0].Imm != uint32(i) || cs[0].Bytes != 16 {
+					t.Fatalf("send %d: receiver saw %+v", i, cs[:n])
+				}
+			}
+			if !bytes.Equal(b.mem(t, 64, 16).Bytes(), msg.Bytes()) {
+				t.Fatal("the message did not land")
+			}
+			if f, o, err := tx.FlushNumber(), a.qp.Outstanding(), tx.Err(); f != 0 || o != 0 || err != nil {
+				t.Errorf("flush number %d, %d outstanding, error %v; want 0, 0, nil", f, o, err)
+			}
+		})
+	}
+}

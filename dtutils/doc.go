@@ -106,7 +106,9 @@
 // so Transmitter.Write skips the protocol for it: a bounds and key check
 // (against a cached mapping over shm, the registry over loop), the copy, a
 // release store of its last word (Publish), and the local memory is
-// released at once (alloc.Memory.Done).
+// released at once (alloc.Memory.Done). Transmitter.Send likewise delivers
+// at once, and a send that finds no receive posted (or one too small)
+// returns its error instead of failing the queue pair.
 // Signaled operations (Read, the atomics, Flush) and the other transports
 // keep the protocol.
 //

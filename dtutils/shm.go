@@ -369,7 +369,10 @@ func (p *shmPeer) call(src uint32, req, reply []byte, gone func() bool) (Status,
 }
 
 func (p *shmPeer) mem(region uint32, key, off, n uint64) ([]byte, bool) {
-	m := p.lookup(region, key)
+	m := p.last.Load()
+	if m == nil || m.id != region || m.key != key {
+		m = p.lookup(region, key)
+	}
 	if m == nil || off > uint64(len(m.mem)) || n > uint64(len(m.mem))-off {
 		return nil, false
 	}

@@ -134,6 +134,25 @@ func (q *syncQP) writeNow(src []byte, remote alloc.Locator) bool {
 	return true
 }
 
+// sendNow is the Transmitter's path for a send over shm and loop: it
+// delivers src into the peer's next posted receive at once and returns the
+// status, so that nothing is left to account for or signal and a failure
+// (no receive posted, a buffer too small) is the caller's error rather than
+// the queue pair's. It reports false, having done nothing, when the send
+// needs Post.
+func (q *syncQP) sendNow(src []byte, imm uint32) (Status, bool) {
+	pp := q.peer.Load()
+	if pp == nil || q.closed.Load() || q.peerGone.Load() || len(src) > q.proc.cfg.MaxTransfer {
+		return 0, false
+	}
+	peer := *pp
+	if peer.lost() {
+		return 0, false
+	}
+	st, _ := apply(peer, OpSend, alloc.Locator{}, src, nil, imm, 0, 0, q.proc.cfg.Rank)
+	return st, true
+}
+
 // writeNowLoop is writeNow on loop: the target region is resolved on every
 // write (a region of this process may be freed at any time, so nothing is
 // cached), then copied into.

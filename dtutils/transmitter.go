@@ -187,7 +187,19 @@ func (t *Transmitter) WriteImm(local alloc.Memory, remote alloc.Locator, imm uin
 }
 
 // Send delivers local into a receive posted at the peer, asynchronously.
+// Over shm and loop the send has completed when it returns, local is
+// reusable at once, and a send that found no receive posted (or one too
+// small) returns its error without failing the queue pair.
 func (t *Transmitter) Send(local alloc.Memory, imm uint32) error {
+	if t.sync != nil && t.failed.Load() == nil {
+		if st, ok := t.sync.sendNow(local.Bytes(), imm); ok {
+			local.Done()
+			if st != StatusSuccess {
+				return fmt.Errorf("dtutils: send: %w", st.Err())
+			}
+			return nil
+		}
+	}
 	return t.post(nil, WorkRequest{Op: OpSend, Local: local, Imm: imm}, false)
 }
 
