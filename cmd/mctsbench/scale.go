@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +24,10 @@ type ScaleResult struct {
 	VisitsPerMs      float64 `json:"visits_per_ms"`
 	VsSeq            float64 `json:"vs_seq,omitempty"`
 	Vs1x1            float64 `json:"vs_1x1,omitempty"`
+	// VsCeiling is a PxT configuration against seqN with N = P×T measured
+	// in the same run: N independent sequential searches at once, what the
+	// machine gives N workers that never coordinate.
+	VsCeiling float64 `json:"vs_ceiling,omitempty"`
 	Reps             int     `json:"reps"`
 }
 
@@ -36,10 +41,18 @@ type scaleOpts struct {
 	command              func(args []string) *exec.Cmd // runs `mctsbench args...`
 }
 
-// parseConfig reads "seq" or "PxT".
+// parseConfig reads "seq", "seqN" (N independent sequential searches at
+// once: procs is N) or "PxT".
 func parseConfig(s string) (procs, threads int, seq bool, err error) {
 	if s == "seq" {
 		return 1, 1, true, nil
+	}
+	if n, ok := strings.CutPrefix(s, "seq"); ok {
+		k, err := strconv.Atoi(n)
+		if err != nil || k < 1 || k > 64 {
+			return 0, 0, false, fmt.Errorf("bad configuration %q (want seqN with N in 1…64)", s)
+		}
+		return k, 1, true, nil
 	}
 	p, t, ok := strings.Cut(s, "x")
 	procs, err1 := strconv.Atoi(p)
@@ -54,7 +67,7 @@ func scale(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o scaleOpts
-	configs := fs.String("configs", "seq,1x1,1x2,2x1", "comma-separated configurations: seq (no fabric) or PxT")
+	configs := fs.String("configs", "seq,seq2,1x1,1x2,2x1", "comma-separated configurations: seq (no fabric), seqN (N sequential searches at once: the machine's ceiling for N workers) or PxT")
 	fs.IntVar(&o.board, "board", 11, "board side")
 	fs.IntVar(&o.visits, "visits", 40000, "rollouts per move")
 	fs.IntVar(&o.moves, "moves", 4, "moves searched per run, from the empty board")
@@ -109,6 +122,10 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 	for rep := 0; rep < o.reps; rep++ {
 		for i, c := range o.configs {
 			procs, threads, seq, _ := parseConfig(c)
+			copies := 1
+			if seq {
+				copies, procs = procs, 1 // seqN: N copies of one sequential search
+			}
 			args := []string{"demo", "-json", "-board", strconv.Itoa(o.board), "-visits", strconv.Itoa(o.visits),
 				"-moves", strconv.Itoa(o.moves), "-seed", strconv.FormatUint(o.seed, 10), "-mode", o.mode, "-transport", o.transport,
 				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads)}
@@ -116,22 +133,12 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 				args = append(args, "-seq")
 			}
 			fmt.Fprintf(progress, "scale: %s, repetition %d of %d\n", c, rep+1, o.reps)
-			cmd := o.command(args)
-			var errb bytes.Buffer
-			cmd.Stderr = &errb
-			out, err := cmd.Output()
+			ss, vs, err := runDemos(o, c, args, copies)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %v\n%s", c, err, errb.String())
+				return nil, err
 			}
-			var s DemoSummary
-			if err := json.Unmarshal(bytes.TrimSpace(out), &s); err != nil {
-				return nil, fmt.Errorf("%s: unreadable summary %q: %v", c, out, err)
-			}
-			if s.Config != c || s.SimulationsPerMs <= 0 {
-				return nil, fmt.Errorf("%s: summary of %q with %v simulations/ms", c, s.Config, s.SimulationsPerMs)
-			}
-			sims[i] = append(sims[i], s.SimulationsPerMs)
-			visits[i] = append(visits[i], s.VisitsPerMs)
+			sims[i] = append(sims[i], ss)
+			visits[i] = append(visits[i], vs)
 		}
 	}
 	rs := make([]ScaleResult, len(o.configs))
@@ -152,8 +159,64 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 		if oneRate > 0 {
 			rs[i].Vs1x1 = rs[i].SimulationsPerMs / oneRate
 		}
+		p, t, seq, _ := parseConfig(rs[i].Config)
+		if seq {
+			continue
+		}
+		for _, r := range rs {
+			if r.Config == fmt.Sprintf("seq%d", p*t) && r.SimulationsPerMs > 0 {
+				rs[i].VsCeiling = rs[i].SimulationsPerMs / r.SimulationsPerMs
+			}
+		}
 	}
 	return rs, nil
+}
+
+// runDemos runs copies of `mctsbench args...` at once (one for a PxT
+// configuration) and returns their summed simulations/ms and visits/ms.
+func runDemos(o scaleOpts, c string, args []string, copies int) (float64, float64, error) {
+	type res struct {
+		s   DemoSummary
+		err error
+	}
+	ch := make(chan res, copies)
+	for k := 0; k < copies; k++ {
+		cmd := o.command(args)
+		go func() {
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			out, err := cmd.Output()
+			if err != nil {
+				ch <- res{err: fmt.Errorf("%s: %v\n%s", c, err, errb.String())}
+				return
+			}
+			var s DemoSummary
+			if err := json.Unmarshal(bytes.TrimSpace(out), &s); err != nil {
+				ch <- res{err: fmt.Errorf("%s: unreadable summary %q: %v", c, out, err)}
+				return
+			}
+			ch <- res{s: s}
+		}()
+	}
+	want := c
+	if copies > 1 || strings.HasPrefix(c, "seq") {
+		want = "seq"
+	}
+	var sims, visits float64
+	var errs []error
+	for k := 0; k < copies; k++ {
+		r := <-ch
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.s.Config != want || r.s.SimulationsPerMs <= 0:
+			errs = append(errs, fmt.Errorf("%s: summary of %q with %v simulations/ms", c, r.s.Config, r.s.SimulationsPerMs))
+		default:
+			sims += r.s.SimulationsPerMs
+			visits += r.s.VisitsPerMs
+		}
+	}
+	return sims, visits, errors.Join(errs...)
 }
 
 func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
@@ -165,9 +228,9 @@ func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t")
+	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t× seqN\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.2f\t%.2f\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.2f\t%.2f\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1, ratioOrDash(r.VsCeiling))
 	}
 	tw.Flush()
 }
@@ -189,4 +252,12 @@ func scaleChart(o scaleOpts, rs []ScaleResult) error {
 		return err
 	}
 	return f.Close()
+}
+
+// ratioOrDash prints a ratio, or – when it was not measured.
+func ratioOrDash(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
