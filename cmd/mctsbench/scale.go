@@ -28,7 +28,7 @@ type ScaleResult struct {
 	// in the same run: N independent sequential searches at once, what the
 	// machine gives N workers that never coordinate.
 	VsCeiling float64 `json:"vs_ceiling,omitempty"`
-	Reps             int     `json:"reps"`
+	Reps      int     `json:"reps"`
 }
 
 type scaleOpts struct {
