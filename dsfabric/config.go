@@ -72,7 +72,10 @@ type Config struct {
 	// arguments and buffer. Default 64 KiB.
 	MaxMessage int
 	// RecvBuffers is the number of receive buffers of MaxMessage bytes each
-	// process posts. Default 128.
+	// process posts (at least one per rank is posted whatever it says).
+	// They are split evenly among the ranks as receive credits: how many
+	// send-based messages a rank may have sent to this process and not yet
+	// consumed before its sends wait. Default 128.
 	RecvBuffers int
 	// Args are the arguments of self-launched ranks. Default os.Args[1:].
 	Args []string
