@@ -295,18 +295,23 @@ func (f *Fabric) awaitReply(ctx context.Context, id uint64, pc *pendingCall) ([]
 			f.pending.Delete(id)
 			return nil, err
 		}
+		// Routing and AwaitRecv touch the process's queues: under life,
+		// which Close takes before it unmaps them.
+		f.life.RLock()
 		if f.ctx.Err() != nil {
+			f.life.RUnlock()
 			return nil, ErrClosed
 		}
-		if f.tryRoute() > 0 {
+		routed := f.tryRoute()
+		if routed == 0 && !hot.Hot() {
+			f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, arrived)
+		}
+		f.life.RUnlock()
+		if routed > 0 {
 			hot.Reset()
-			continue
-		}
-		if hot.Hot() {
+		} else if hot.Hot() {
 			hot.Wait()
-			continue
 		}
-		f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, arrived)
 	}
 }
 

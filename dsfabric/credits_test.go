@@ -177,3 +177,39 @@ func TestCreditHello(t *testing.T) {
 		t.Fatalf("a good hello gave %v, want %v", f.peers[1].creditAt, good)
 	}
 }
+
+// TestCloseWhileAwaitingReplies: callers awaiting replies route and sleep
+// on the process's receive queue themselves; Close must wait for them to
+// leave it before unmapping it. Goroutines keep calling across Close and
+// must end with errors, not faults.
+func TestCloseWhileAwaitingReplies(t *testing.T) {
+	var hEcho HandlerID
+	reg := func(h *Handlers) {
+		hEcho, _ = h.Register("echo", func(c *Call, a []byte) ([]byte, error) { return a, nil })
+	}
+	job(t, 2, 1, "shm", reg, func(t *testing.T, f *Fabric) {
+		me, _ := f.Names().Thread(f.Rank(), 0)
+		other, _ := f.Names().Thread(1-f.Rank(), 0)
+		var wg sync.WaitGroup
+		var calls atomic.Int64
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					if _, err := f.CallReturn(context.Background(), me, other, hEcho, []byte{1}); err != nil {
+						return
+					}
+					calls.Add(1)
+				}
+			}()
+		}
+		for calls.Load() < 100 {
+			time.Sleep(time.Millisecond)
+		}
+		if err := f.Close(); err != nil {
+			t.Errorf("rank %d: close: %v", f.Rank(), err)
+		}
+		wg.Wait()
+	})
+}

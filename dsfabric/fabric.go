@@ -48,7 +48,8 @@ type Fabric struct {
 	client *client      // other ranks
 
 	workers  []*Worker
-	rx       sync.Mutex // held by the thread routing arrivals (recv.go)
+	rx       sync.Mutex   // held by the thread routing arrivals (recv.go)
+	life     sync.RWMutex // read-held by callers awaiting replies while they use proc; Close takes it
 	rxCS     [16]dtutils.Completion
 	svc      inbox // service calls, broadcast forwarding, refusals
 	svcBell  chan struct{}
@@ -862,7 +863,12 @@ func (f *Fabric) teardown() error {
 		p.Close()
 	}
 	if f.proc != nil {
+		// Callers of CallReturn route and sleep on the receive queue
+		// themselves; they leave (woken above, seeing ctx cancelled)
+		// before its memory goes.
+		f.life.Lock()
 		f.proc.Close()
+		f.life.Unlock()
 	}
 	if f.client != nil {
 		f.client.conn.Close()

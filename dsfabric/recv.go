@@ -136,17 +136,17 @@ func (f *Fabric) routeLocked() int {
 		total += n
 	}
 	if total > 0 {
-		f.returnCredits(false)
+		f.returnCredits()
 	}
 	return total
 }
 
 // returnCredits writes each sender's consumed count into its credit word
-// when it has fallen a batch behind (or at all, with force); f.rx held.
-func (f *Fabric) returnCredits(force bool) {
+// when it has fallen a batch behind; f.rx held.
+func (f *Fabric) returnCredits() {
 	batch := f.creditBatch()
 	for _, p := range f.peers {
-		if p.consumed == p.returned || !force && p.consumed-p.returned < batch {
+		if p.consumed-p.returned < batch {
 			continue
 		}
 		if p.creditAt.Length == 0 {
