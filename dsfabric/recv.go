@@ -48,10 +48,9 @@ type queued struct {
 	forward bool // a broadcast's service copy: forward it along the tree
 }
 
-// put appends a copy of a message; it reports whether the inbox was empty.
-func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) bool {
+// put appends a copy of a message.
+func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) {
 	in.mu.Lock()
-	was := len(in.q) == 0
 	a := len(in.arena)
 	in.arena = append(in.arena, args...)
 	in.arena = append(in.arena, tail...)
@@ -64,7 +63,6 @@ func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) bool {
 	}
 	in.q = append(in.q, q)
 	in.mu.Unlock()
-	return was
 }
 
 // pending reports whether calls are queued.
@@ -75,14 +73,26 @@ func (in *inbox) pending() bool {
 	return n > 0
 }
 
-// take swaps the queued calls out for the spare pair (emptied), returning
-// them; the caller hands them back as the next spare once they have run.
-func (in *inbox) take(spareQ []queued, spareA []byte) ([]queued, []byte) {
+// spare is the consumer's half of an inbox: the slices it swaps in for
+// the full ones, so that neither side allocates once both have grown.
+type spare struct {
+	q []queued
+	a []byte
+}
+
+// runAll runs every queued call on the current thread (self, with c as its
+// Call) and returns how many ran. One goroutine consumes an inbox.
+func (in *inbox) runAll(f *Fabric, self ThreadID, c *Call, sp *spare) int {
 	in.mu.Lock()
 	q, a := in.q, in.arena
-	in.q, in.arena = spareQ[:0], spareA[:0]
+	in.q, in.arena = sp.q[:0], sp.a[:0]
 	in.mu.Unlock()
-	return q, a
+	for i := range q {
+		f.exec(q[i], self, c)
+		q[i] = queued{} // the arena is reused: drop the slices
+	}
+	sp.q, sp.a = q, a
+	return len(q)
 }
 
 // credits is how many messages each sender may have unconsumed at this
@@ -239,16 +249,6 @@ func (f *Fabric) wakeService() {
 	f.proc.WakeRecv()
 }
 
-// serveService runs what the service inbox holds; it returns how many ran.
-func (f *Fabric) serveService(spareQ []queued, spareA []byte, c *Call) (int, []queued, []byte) {
-	q, a := f.svc.take(spareQ, spareA)
-	for i := range q {
-		f.exec(q[i], ThreadID(f.rank*f.names.ThreadsPerProcess), c)
-		q[i] = queued{}
-	}
-	return len(q), q, a
-}
-
 // exec runs a routed message on the current thread: a worker's calls and
 // broadcasts, or (self naming the process's first thread) service calls,
 // broadcast forwarding and refusals. c is the thread's Call, reused.
@@ -325,14 +325,12 @@ func (f *Fabric) workersPolling() bool {
 func (f *Fabric) serveRecv() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var spareQ []queued
-	var spareA []byte
+	var sp spare
 	var c Call
+	self := ThreadID(f.rank * f.names.ThreadsPerProcess)
 	active := false
 	for f.ctx.Err() == nil {
-		var ran int
-		ran, spareQ, spareA = f.serveService(spareQ, spareA, &c)
-		if ran > 0 {
+		if f.svc.runAll(f, self, &c, &sp) > 0 {
 			continue
 		}
 		if active {

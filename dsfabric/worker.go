@@ -14,8 +14,7 @@ type Worker struct {
 	f      *Fabric
 	id     ThreadID
 	in     inbox
-	spareQ []queued // the inbox's other half, swapped in by Poll
-	spareA []byte
+	spare  spare    // the inbox's other half, swapped in by Poll
 	call   Call     // handed to each handler this worker runs
 	asleep pollMark // 1 while Serve sleeps on the receive queue's doorbell
 	polled pollMark // set by Poll, cleared by the service thread
@@ -48,15 +47,7 @@ func (w *Worker) Poll() int {
 }
 
 // run runs every call queued for this worker.
-func (w *Worker) run() int {
-	batch, arena := w.in.take(w.spareQ, w.spareA)
-	for i := range batch {
-		w.f.exec(batch[i], w.id, &w.call)
-		batch[i] = queued{} // the arena is reused: drop the slices
-	}
-	w.spareQ, w.spareA = batch, arena
-	return len(batch)
-}
+func (w *Worker) run() int { return w.in.runAll(w.f, w.id, &w.call, &w.spare) }
 
 // Serve polls until ctx ends or the fabric closes. Once idle for
 // Config.HotPeriod it sleeps on the doorbell of the process's receive
