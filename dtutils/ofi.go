@@ -41,8 +41,12 @@ static size_t sof_inject_size(sof_t *s) { return s->info->tx_attr->inject_size; 
 // sof_close_ep closes every libfabric object; s and its slab stay, for Go
 // code that may still copy into a buffer (sof_free releases them).
 static void sof_close_ep(sof_t *s) {
-	if (s->ep) fi_close(&s->ep->fid);
+	// The MR first: bound to the endpoint (FI_MR_ENDPOINT), it kept the
+	// domain busy when the endpoint went first (fi_close of the domain
+	// and fabric returned -FI_EBUSY, and the domain's connections lived on
+	// and faulted, libfabric 1.20 tcp;ofi_rxm).
 	if (s->mr) fi_close(&s->mr->fid);
+	if (s->ep) fi_close(&s->ep->fid);
 	if (s->cq) fi_close(&s->cq->fid);
 	if (s->av) fi_close(&s->av->fid);
 	if (s->domain) fi_close(&s->domain->fid);
