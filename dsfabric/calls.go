@@ -281,7 +281,7 @@ func (f *Fabric) callReturn(ctx context.Context, rank int, hd callHdr, args []by
 // that the reply's arrival wakes it directly (one wake-up where parking on
 // the channel took the router's and then its own).
 func (f *Fabric) awaitReply(ctx context.Context, id uint64, pc *pendingCall) ([]byte, error) {
-	stop := context.AfterFunc(ctx, f.proc.WakeRecv)
+	stop := context.AfterFunc(ctx, f.wakeFromOutside)
 	defer stop()
 	arrived := func() bool { return len(pc.ch) > 0 }
 	hot := dtutils.HotWait{Spin: 2 * time.Microsecond, Yield: f.cfg.HotPeriod}

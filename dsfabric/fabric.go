@@ -50,6 +50,7 @@ type Fabric struct {
 	workers  []*Worker
 	rx       sync.Mutex   // held by the thread routing arrivals (recv.go)
 	life     sync.RWMutex // read-held by callers awaiting replies while they use proc; Close takes it
+	procGone bool         // proc is closed (under life)
 	rxCS     [16]dtutils.Completion
 	svc      inbox // service calls, broadcast forwarding, refusals
 	svcBell  chan struct{}
@@ -768,7 +769,7 @@ func (f *Fabric) markDead(r int, reason string) {
 		return true
 	})
 	if f.proc != nil {
-		f.proc.WakeRecv() // callers awaiting those replies
+		f.wakeFromOutside() // callers awaiting those replies
 	}
 	if f.coord != nil {
 		go f.coord.announce(r, reason)
@@ -867,6 +868,7 @@ func (f *Fabric) teardown() error {
 		// themselves; they leave (woken above, seeing ctx cancelled)
 		// before its memory goes.
 		f.life.Lock()
+		f.procGone = true
 		f.proc.Close()
 		f.life.Unlock()
 	}

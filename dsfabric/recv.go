@@ -239,6 +239,17 @@ func (f *Fabric) toService(h callHdr, args, tail []byte, src int, forward bool) 
 	f.wakeService()
 }
 
+// wakeFromOutside is WakeRecv for goroutines that are not the fabric's own
+// threads and hold no part of life (the coordinator's, context.AfterFunc's):
+// they may run after Close has unmapped the receive queue.
+func (f *Fabric) wakeFromOutside() {
+	f.life.RLock()
+	if f.proc != nil && !f.procGone {
+		f.proc.WakeRecv()
+	}
+	f.life.RUnlock()
+}
+
 // wakeService wakes the service threads, standing by or sleeping in
 // AwaitRecv.
 func (f *Fabric) wakeService() {

@@ -54,7 +54,7 @@ func (w *Worker) run() int { return w.in.runAll(w.f, w.id, &w.call, &w.spare) }
 // queue, so that an arrival wakes it directly and it routes the message
 // itself (one wake-up, not the service thread's and then its own).
 func (w *Worker) Serve(ctx context.Context) {
-	stop := context.AfterFunc(ctx, w.f.proc.WakeRecv)
+	stop := context.AfterFunc(ctx, w.f.wakeFromOutside)
 	defer stop()
 	hot := w.f.cfg.HotPeriod
 	b := dtutils.HotWait{Spin: min(2*time.Microsecond, hot), Yield: hot}
