@@ -303,6 +303,9 @@ func (f *Fabric) awaitReply(ctx context.Context, id uint64, pc *pendingCall) ([]
 			return nil, ErrClosed
 		}
 		routed := f.tryRoute()
+		if routed == 0 && f.proc.Progress() > 0 {
+			routed = f.tryRoute() // a waiter drives the engines (tcp) too
+		}
 		if routed == 0 && !hot.Hot() {
 			f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, arrived)
 		}

@@ -121,10 +121,11 @@ func (f *Fabric) tryRoute() int {
 
 // routeLocked takes every receive completion there is (f.rx held).
 func (f *Fabric) routeLocked() int {
-	cq := f.proc.RecvCQ()
 	total := 0
 	for {
-		n := cq.Poll(f.rxCS[:])
+		// No progress driving here: Worker.Poll runs beside loops that
+		// call Progress already; idle waiters and Serve drive it.
+		n := f.proc.PollRecv(f.rxCS[:])
 		if n == 0 {
 			break
 		}

@@ -59,7 +59,9 @@ func (w *Worker) Serve(ctx context.Context) {
 	hot := w.f.cfg.HotPeriod
 	b := dtutils.HotWait{Spin: min(2*time.Microsecond, hot), Yield: hot}
 	for {
-		if w.Poll() > 0 {
+		// Serve is the only poller of a default worker: it drives the
+		// progress engines (tcp) that bring its arrivals in.
+		if w.Poll() > 0 || w.f.proc.Progress() > 0 {
 			b.Reset()
 			continue
 		}

@@ -181,6 +181,12 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 // RecvCQ returns the completion queue of the shared receive queue.
 func (p *Process) RecvCQ() CompletionQueue { return p.recvCQ }
 
+// PollRecv takes receive completions like RecvCQ().Poll, without driving
+// the progress engines when there are none: for a thread that routes
+// arrivals beside a loop that already calls Progress (a read syscall per
+// tcp connection each time).
+func (p *Process) PollRecv(dst []Completion) int { return p.recvCQ.poll(dst) }
+
 // AwaitRecv returns once the receive completion queue holds a completion,
 // done (if not nil) reports true, WakeRecv is called, ctx ends or d passes
 // (early returns are allowed), taking nothing: it lets threads watch for
