@@ -82,18 +82,7 @@ func connectPair(t testing.TB, mk func(testing.TB, *Process, *Process) (Provider
 	a.prov, b.prov = mk(t, a.proc, b.proc)
 	t.Cleanup(func() { a.prov.Close(); b.prov.Close() })
 	var err error
-	if a.qp, err = a.prov.NewQueuePair(); err != nil {
-		t.Fatal(err)
-	}
-	if b.qp, err = b.prov.NewQueuePair(); err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- b.qp.Connect(a.qp.Endpoint()) }()
-	if err := a.qp.Connect(b.qp.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
+	if a.qp, b.qp, err = ConnectPair(a.prov, b.prov); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []*side{&a, &b} {
@@ -462,12 +451,7 @@ func newWritePair(t testing.TB, mk func(testing.TB, *Process, *Process) (Provide
 	if before != nil {
 		before(w.qa, w.qb)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- w.qb.Connect(w.qa.Endpoint()) }()
-	if err := w.qa.Connect(w.qb.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
+	if err := ConnectAll([]QueuePair{w.qa, w.qb}, [][]byte{w.qb.Endpoint(), w.qa.Endpoint()}); err != nil {
 		t.Fatal(err)
 	}
 	ra, err := w.pa.Registry().NewRegion(size, alloc.RegionConfig{Name: "src"})
