@@ -705,3 +705,42 @@ func TestRegionConfigVerify(t *testing.T) {
 		t.Errorf("NewRegion with a bad ladder: %v", err)
 	}
 }
+
+// TestOnRelease: a hook sees every released region's ID while its memory is
+// still mapped and its locators no longer resolve; removed, it sees no more.
+func TestOnRelease(t *testing.T) {
+	g := NewRegistry(0)
+	defer g.Close()
+	var seen []uint32
+	remove := g.OnRelease(func(id uint32) {
+		r, _ := g.Lookup(id)
+		if r != nil {
+			t.Errorf("region %d still resolves in its release hook", id)
+		}
+		seen = append(seen, id)
+	})
+	a, err := g.NewRegion(4096, RegionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := g.NewRegion(4096, RegionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := a.Bytes()
+	g.OnRelease(func(id uint32) {
+		if id == a.ID() {
+			mem[0] = 1 // still mapped: this would fault after the unmap
+		}
+	})
+	if err := g.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	remove()
+	if err := g.Release(b); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != a.ID() {
+		t.Fatalf("hook saw %v, want [%d]", seen, a.ID())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/puzpuzpuz/xsync/v3"
@@ -19,6 +20,10 @@ type Registry struct {
 	regions *xsync.MapOf[uint32, *Region]
 	closed  atomic.Bool
 	byRung  [numRungs]struct{ regions, bytes atomic.Int64 }
+
+	hookMu   sync.Mutex
+	hooks    map[int]func(id uint32)
+	nextHook int
 }
 
 // NewRegistry returns an empty registry for the process with the given rank.
@@ -87,12 +92,37 @@ func (g *Registry) Resolve(l Locator) ([]byte, error) {
 	return r.mem[l.Offset : l.Offset+l.Length : l.Offset+l.Length], nil
 }
 
+// OnRelease calls fn with a region's ID whenever a region is released,
+// after its locators stop resolving and before its memory is unmapped: a
+// transport that registered the memory with a NIC (ofi's one-sided path)
+// deregisters it there. The returned function removes fn.
+func (g *Registry) OnRelease(fn func(id uint32)) (remove func()) {
+	g.hookMu.Lock()
+	defer g.hookMu.Unlock()
+	if g.hooks == nil {
+		g.hooks = make(map[int]func(uint32))
+	}
+	k := g.nextHook
+	g.nextHook++
+	g.hooks[k] = fn
+	return func() {
+		g.hookMu.Lock()
+		delete(g.hooks, k)
+		g.hookMu.Unlock()
+	}
+}
+
 // Release unregisters and unmaps a region. Locators of it stop resolving
 // before the memory goes away.
 func (g *Registry) Release(r *Region) error {
 	if _, ok := g.regions.LoadAndDelete(r.id); !ok {
 		return fmt.Errorf("%w: region %d", ErrUnknownRegion, r.id)
 	}
+	g.hookMu.Lock()
+	for _, fn := range g.hooks {
+		fn(r.id)
+	}
+	g.hookMu.Unlock()
 	g.byRung[r.rung].regions.Add(-1)
 	g.byRung[r.rung].bytes.Add(-int64(len(r.mem)))
 	return r.close()
