@@ -52,31 +52,65 @@
 // All of them give operations the same meaning (one function, apply,
 // defines it) and pass one conformance suite.
 //
-// # Why ofi does not use fi_write
+// # ofi: messages by default, fi_write and fi_read on request
 //
-// Writes, reads and atomics over ofi are carried as messages and applied by
-// the target's progress engine, not posted as fi_write/fi_read/fi_atomic,
-// because libfabric's tcp provider cannot keep this package's contract for
-// a bad locator, which every other transport keeps: measured with
-// libfabric 1.17, tcp;ofi_rxm, two endpoints and a region registered with
-// a requested key, an fi_write with a wrong key completes successfully at
-// the initiator and writes nothing, and one past the end of the region
-// drops the connection, so that every later operation fails ("Transport
-// endpoint is not connected"). The contract (StatusRemoteAccess, nothing
-// changed, the queue pair still usable) needs a check by the target, and
-// the message path does it. Selective signaling has a second obstacle: it
-// retires unsignaled operations, and recycles their memory, when a later
-// signaled one completes, which is sound only when completions come in
-// order, and tcp;ofi_rxm promises no completion order (comp_order none).
-// The message path also keeps the order of all operations on a queue pair,
-// where tcp;ofi_rxm orders neither writes after reads (FI_ORDER_WAR) nor
-// sends after reads (FI_ORDER_SAR), and needs no memory registration: the
-// one registered buffer is the provider's message slab.
-// Atomics need a target's progress engine here anyway (tcp;ofi_rxm has no
-// FI_ATOMIC). A one-sided fast path for hardware providers (verbs, efa,
-// cxi: provider keys and virtual addresses carried in Locators, fenced
-// reads) is future work; docs/benchmarks.md shows what the message path
-// costs beside our own transports.
+// By default writes, reads and atomics over ofi are carried as messages
+// and applied by the target's progress engine, not posted as
+// fi_write/fi_read/fi_atomic, because libfabric's tcp provider cannot keep
+// this package's contract for a bad locator by itself: measured with
+// libfabric 1.17 and 1.20, tcp;ofi_rxm, an fi_write with a wrong key
+// completes successfully at the initiator and writes nothing, and one past
+// the end of the region drops the connection, so that every later
+// operation fails ("Transport endpoint is not connected"). The message
+// path checks at the target, keeps the order of all operations on a queue
+// pair by itself, needs no memory registration, and over tcp it is the
+// faster path (docs/benchmarks.md): it packs many operations into one
+// fi_send, where tcp;ofi_rxm spends a socket send on every fi_write.
+//
+// OFIConfig.OneSided (or SERIEMA_OFI_ONESIDED=1) sends writes and reads
+// as fi_writemsg/fi_readmsg into memory registered with fi_mr_reg, the
+// path for RDMA NICs (verbs, efa, cxi), where an fi_write is a doorbell
+// and the target's CPU never sees it. It keeps the contract this way:
+//
+//   - Registration on first use: a region is registered when a peer first
+//     asks about it (region question, docs/wire.md), with its own random
+//     64-bit key as the requested key (providers with FI_MR_PROV_KEY pick
+//     theirs), bound to the endpoint under FI_MR_ENDPOINT, and local
+//     buffers too under FI_MR_LOCAL; alloc.Registry.OnRelease
+//     deregisters it before its memory is unmapped. Addresses are virtual
+//     under FI_MR_VIRT_ADDR, offsets otherwise.
+//   - Checks at the initiator: the answer gives the region's length,
+//     address and registration key once the locator's key is confirmed; a
+//     later locator with another key, or out of range, completes with
+//     StatusRemoteAccess without anything sent, and the queue pair stays
+//     usable. A locator of a region released after the peer first used it
+//     is not checked again: the provider drops the write (on hardware, a
+//     remote access error), as with any RDMA key after deregistration.
+//   - Order: atomics, sends and calls stay messages. Before its first
+//     fi_write or fi_read after messages a queue pair sends a fence (a
+//     signaled Nop nobody sees) and waits for its answer, since the target
+//     applies messages after they arrive and an fi_write could overtake
+//     them; before a message after RMA it waits for the RMA to complete;
+//     a write waits for earlier reads (tcp;ofi_rxm orders neither writes
+//     nor sends after reads).
+//   - Completions in order: tcp;ofi_rxm promises no completion order
+//     (comp_order none), under which libfabric's FI_SELECTIVE_COMPLETION
+//     could not retire unsignaled operations soundly; so every fi_writemsg
+//     and fi_readmsg asks for a completion, consumed inside the queue
+//     pair, and the queue pair reports the signaled ones (and the failed
+//     ones) in posting order: the Transmitter sees verbs' selective
+//     signaling, and its retirement rule holds.
+//   - Visibility: a write that ends on an 8-byte boundary goes as two
+//     fi_writes, the body and then its last word, ordered by FI_ORDER_WAW
+//     (no provider promises placement order within one message,
+//     FI_ORDER_DATA), so that a reader polling that word sees the whole
+//     write; writes complete once delivered (FI_DELIVERY_COMPLETE).
+//   - Atomics stay with the target's engine: tcp;ofi_rxm has no FI_ATOMIC.
+//
+// A peer without OneSided answers that it takes messages only, and writes
+// to it go as messages. Only tcp;ofi_rxm was exercised here (the whole
+// suite runs over it as "ofi-rma"); libfabric's shm provider faults in
+// tests that pair two endpoints in one process, whichever path.
 //
 // Progress is manual, as libfabric's FI_PROGRESS_MANUAL providers need:
 // the completion queue is read by threads that poll (Process.Progress, a

@@ -44,3 +44,6 @@ func (f *fifo[T]) peek() (T, bool) {
 // front returns the oldest element, to update in place; the fifo must not
 // be empty.
 func (f *fifo[T]) front() *T { return &f.buf[f.head] }
+
+// at returns the i-th oldest element, to update in place; i < len().
+func (f *fifo[T]) at(i int) *T { return &f.buf[(f.head+i)%len(f.buf)] }

@@ -12,6 +12,7 @@ package dtutils
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_rma.h>
 
 #define SOF_BATCH 64
 
@@ -64,13 +65,14 @@ static void sof_free(sof_t *s) {
 // sof_open opens an RDM endpoint of provider prov (on node and domain when
 // given) with a slab of slab_len bytes for messages. It returns 0 or a
 // negative libfabric error, with the step that failed in *step.
-static int sof_open(sof_t **out, const char *prov, const char *node, const char *domain, size_t slab_len, const char **step) {
+static int sof_open(sof_t **out, const char *prov, const char *node, const char *domain, size_t slab_len, int rma, const char **step) {
 	sof_t *s = calloc(1, sizeof(sof_t));
 	if (!s) return -FI_ENOMEM;
 	struct fi_info *hints = fi_allocinfo();
 	if (!hints) { free(s); return -FI_ENOMEM; }
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_MSG;
+	if (rma) hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 	hints->mode = 0; // contexts are plain integers: no FI_CONTEXT
 	hints->domain_attr->threading = FI_THREAD_SAFE;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
@@ -175,6 +177,55 @@ static ssize_t sof_poll(sof_t *s) {
 	return n;
 }
 
+// The one-sided path (OFIConfig.OneSided): memory registration and
+// fi_writemsg/fi_readmsg.
+
+static uint64_t sof_mr_mode(sof_t *s) { return s->info->domain_attr->mr_mode; }
+static uint64_t sof_caps(sof_t *s) { return s->info->caps; }
+
+// sof_mr_reg registers len bytes at buf for local and remote reads and
+// writes, asking for key (providers with FI_MR_PROV_KEY choose their
+// own); it returns the registration, the key peers must use and the local
+// descriptor (as integers: Go keeps them, never dereferences them).
+static int sof_mr_reg(sof_t *s, void *buf, size_t len, uint64_t key, uintptr_t *mr_out, uint64_t *out_key, uintptr_t *desc) {
+	struct fid_mr *mr = NULL;
+	uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	int ret = fi_mr_reg(s->domain, buf, len, access, 0, key, 0, &mr, NULL);
+	if (ret) return ret;
+	if (s->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+		if ((ret = fi_mr_bind(mr, &s->ep->fid, 0)) || (ret = fi_mr_enable(mr))) {
+			fi_close(&mr->fid);
+			return ret;
+		}
+	}
+	*mr_out = (uintptr_t)mr;
+	*out_key = fi_mr_key(mr);
+	*desc = (uintptr_t)fi_mr_desc(mr);
+	return 0;
+}
+
+static void sof_mr_close(uintptr_t mr) { fi_close(&((struct fid_mr *)mr)->fid); }
+
+// sof_rma posts one write (write != 0) or read of len bytes between buf
+// and the peer's addr under key. A write completes once the target has
+// the data (FI_DELIVERY_COMPLETE), not merely once buf may be reused.
+static ssize_t sof_rma(sof_t *s, int write, void *buf, size_t len, uintptr_t desc, uint64_t dest, uint64_t addr, uint64_t key, uint64_t ctx) {
+	void *d = (void *)desc;
+	struct iovec iov = { buf, len };
+	struct fi_rma_iov rma = { addr, len, key };
+	struct fi_msg_rma msg;
+	memset(&msg, 0, sizeof msg);
+	msg.msg_iov = &iov;
+	msg.desc = &d;
+	msg.iov_count = 1;
+	msg.addr = dest;
+	msg.rma_iov = &rma;
+	msg.rma_iov_count = 1;
+	msg.context = (void *)(uintptr_t)ctx;
+	if (write) return fi_writemsg(s->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+	return fi_readmsg(s->ep, &msg, FI_COMPLETION);
+}
+
 static uint64_t sof_ent_ctx(sof_t *s, int i) { return (uint64_t)(uintptr_t)s->ent[i].op_context; }
 static uint64_t sof_ent_len(sof_t *s, int i) { return s->ent[i].len; }
 static uint64_t sof_err_ctx(sof_t *s) { return (uint64_t)(uintptr_t)s->err.op_context; }
@@ -233,6 +284,7 @@ type ofiProvider struct {
 	// epLife's write lock.
 	epOpen bool
 	host   *tcpProvider // what the frame engine needs of a provider
+	rma    *ofiRMA      // the one-sided path (OFIConfig.OneSided), else nil
 	slab   []byte       // C memory: ReceiveBuffers then SendBuffers messages
 
 	mu  sync.RWMutex
@@ -260,10 +312,12 @@ type ofiProvider struct {
 // so this is about a second).
 const postRetries = 1100
 
-// Completion contexts: the kind in the top bits, a buffer index below.
+// Completion contexts: the kind in the top bits, a buffer (or one-sided
+// slot) index below.
 const (
 	ofiCtxRecv = 1 << 32
 	ofiCtxSend = 2 << 32
+	ofiCtxRMA  = 3 << 32
 )
 
 // NewOFI opens a libfabric endpoint for proc with the provider cfg names.
@@ -280,7 +334,11 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 	slabLen := (cfg.ReceiveBuffers + cfg.SendBuffers) * cfg.MessageSize
 	var s *C.sof_t
 	var step *C.char
-	if ret := C.sof_open(&s, cprov, cnode, cdom, C.size_t(slabLen), &step); ret != 0 {
+	rma := C.int(0)
+	if cfg.OneSided {
+		rma = 1
+	}
+	if ret := C.sof_open(&s, cprov, cnode, cdom, C.size_t(slabLen), rma, &step); ret != 0 {
 		err := fiErr(int(ret))
 		if C.GoString(step) == "fi_getinfo" {
 			err = fmt.Errorf("%w: no provider %q (node %q, domain %q): %v", ErrOFIUnavailable, cfg.Provider, cfg.Node, cfg.Domain, err)
@@ -317,6 +375,11 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 	p.host = &tcpProvider{proc: proc, cfg: tc, log: log, qps: make(map[uint64]*tcpQP)}
 	for i := cfg.SendBuffers - 1; i >= 0; i-- {
 		p.sendFree = append(p.sendFree, i)
+	}
+	if cfg.OneSided {
+		mode := uint64(C.sof_mr_mode(s))
+		p.rma = newOFIRMA(p, mode&C.FI_MR_VIRT_ADDR != 0, mode&C.FI_MR_LOCAL != 0)
+		log.Debug("ofi one-sided path on", "mr_mode", mode)
 	}
 	for i := 0; i < cfg.ReceiveBuffers; i++ {
 		if err := p.postRecv(i); err != nil {
@@ -441,13 +504,59 @@ func (p *ofiProvider) Close() error {
 
 // closeEP closes the endpoint once no call on it is under way.
 func (p *ofiProvider) closeEP() {
+	if p.rma != nil {
+		p.rma.unhook()
+	}
 	epLife.Lock()
 	if p.epOpen {
 		p.epOpen = false
+		if p.rma != nil {
+			p.rma.closeAll() // registrations before the endpoint they are bound to
+		}
 		C.sof_close_ep(p.s)
 	}
 	epLife.Unlock()
 }
+
+// mrReg registers b (mapped memory, never the Go heap) with the provider,
+// asking for key; epLife is held (read) and the endpoint open.
+func (p *ofiProvider) mrReg(b []byte, key uint64) (ofiMR, error) {
+	var m ofiMR
+	var mr, desc C.uintptr_t
+	var peerKey C.uint64_t
+	if ret := C.sof_mr_reg(p.s, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.uint64_t(key), &mr, &peerKey, &desc); ret != 0 {
+		return m, fmt.Errorf("dtutils: ofi fi_mr_reg: %w", fiErr(int(ret)))
+	}
+	m.mr, m.desc, m.key = uintptr(mr), uintptr(desc), uint64(peerKey)
+	m.base = uint64(uintptr(unsafe.Pointer(&b[0])))
+	m.size = uint64(len(b))
+	return m, nil
+}
+
+// mrClose closes a registration; epLife is held and the endpoint open.
+func mrClose(m ofiMR) { C.sof_mr_close(C.uintptr_t(m.mr)) }
+
+// rmaPost posts an fi_write (write) or fi_read of b at the peer's addr
+// under key, with completion context ctx. It returns 0 or a negative
+// libfabric error (-FI_EAGAIN: try again after progress).
+func (p *ofiProvider) rmaPost(write bool, b []byte, desc uintptr, dest, addr, key, ctx uint64) int {
+	w := C.int(0)
+	if write {
+		w = 1
+	}
+	epLife.RLock()
+	defer epLife.RUnlock()
+	if !p.epOpen {
+		return -C.FI_ECANCELED
+	}
+	return int(C.sof_rma(p.s, w, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.uintptr_t(desc), C.uint64_t(dest), C.uint64_t(addr), C.uint64_t(key), C.uint64_t(ctx)))
+}
+
+// Libfabric return codes the one-sided path tells apart.
+const (
+	fiEAgain    = -C.FI_EAGAIN
+	fiECanceled = -C.FI_ECANCELED
+)
 
 // progress reads the completion queue (progressor).
 func (p *ofiProvider) progress() bool { return p.poll() }
@@ -494,6 +603,8 @@ func (p *ofiProvider) poll() bool {
 				p.received(idx, int(C.sof_ent_len(p.s, C.int(i))))
 			case ofiCtxSend:
 				p.sent(idx)
+			case ofiCtxRMA:
+				p.rma.done(idx, StatusSuccess, nil)
 			}
 		}
 		if n < C.SOF_BATCH {
@@ -554,6 +665,12 @@ func (p *ofiProvider) failed(ctx uint64, code int, msg string) {
 		if q != nil {
 			go q.fail(fmt.Errorf("%w: rank %d: ofi send failed: %s (%d)", ErrConnectionLost, q.peerRank, msg, code))
 		}
+	case ofiCtxRMA:
+		st := StatusConnectionLost
+		if code == C.FI_EACCES || code == C.FI_EINVAL || code == C.FI_EKEYREJECTED {
+			st = StatusRemoteAccess
+		}
+		p.rma.done(idx, st, fmt.Errorf("ofi one-sided operation failed: %s (%d)", msg, code))
 	case ofiCtxRecv:
 		if code != C.FI_ECANCELED {
 			p.log.Warn("ofi receive failed", "err", msg, "code", code)
@@ -681,7 +798,11 @@ func (p *ofiProvider) probe() {
 
 // control sends a message without frames (probe or probe answer) in the
 // queue pair's sequence. A send that fails fails the queue pair.
-func (q *ofiQP) control(kind uint8) {
+func (q *ofiQP) control(kind uint8) { q.controlBody(kind, nil) }
+
+// controlBody sends a control message with a body (the one-sided path's
+// region questions and answers), as control does.
+func (q *ofiQP) controlBody(kind uint8, body []byte) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	for try := 0; try < 100; try++ {
@@ -691,8 +812,10 @@ func (q *ofiQP) control(kind uint8) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		ofiMsgHeader{token: q.peerToken.Load(), kind: kind, seq: q.seq}.put(q.prov.sendBuf(i))
-		switch err := q.post(i, ofiHeader); {
+		buf := q.prov.sendBuf(i)
+		ofiMsgHeader{token: q.peerToken.Load(), kind: kind, seq: q.seq}.put(buf)
+		copy(buf[ofiHeader:], body)
+		switch err := q.post(i, ofiHeader+len(body)); {
 		case err == nil:
 			q.seq++
 			return
@@ -728,6 +851,8 @@ type ofiQP struct {
 	heard              atomic.Uint64
 	lastHeard          uint64
 	quietSince, probed time.Time
+
+	rmaQP // the one-sided path's state (OFIConfig.OneSided)
 }
 
 // ofiMsg is a received message buffer and how much of it was read.
@@ -807,6 +932,9 @@ func (q *ofiQP) deliver(m ofiMsg) {
 			q.prov.repost(m.buf)
 		case ofiKindProbe:
 			go q.control(ofiKindAck)
+			q.prov.repost(m.buf)
+		case ofiKindRegionAsk, ofiKindRegionAnswer:
+			q.regionMessage(m.kind, q.prov.recvBuf(m.buf)[ofiHeader:m.n])
 			q.prov.repost(m.buf)
 		default:
 			q.prov.repost(m.buf)
@@ -964,6 +1092,9 @@ func (q *ofiQP) shut() {
 	q.inMu.Unlock()
 	for _, i := range held {
 		q.prov.repost(i)
+	}
+	if q.prov.rma != nil {
+		q.rmaFailed()
 	}
 	q.prov.mu.Lock()
 	delete(q.prov.qps, q.token)

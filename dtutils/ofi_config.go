@@ -36,6 +36,23 @@ type OFIConfig struct {
 	// Over tcp a killed peer is noticed sooner, when a send fails; this
 	// catches a peer whose host is gone. Default 5 s.
 	PeerTimeout time.Duration
+	// OneSided sends writes and reads as libfabric RMA (fi_writemsg,
+	// fi_readmsg) straight into the peer's memory, registered with
+	// fi_mr_reg on first use, instead of as messages the peer's engine
+	// applies; atomics, sends and calls keep the messages. The initiator
+	// checks keys and bounds (it asks the peer about each region once), so
+	// a bad locator still completes with StatusRemoteAccess and changes
+	// nothing. A queue pair waits for its outstanding operations when it
+	// switches between the two paths, and a write waits for earlier reads
+	// (tcp;ofi_rxm orders neither). The peer needs no setting: a peer
+	// without it answers that it takes messages only. Locators of a
+	// region released after a peer first used it are not checked again:
+	// a write through one is dropped by the provider, as on RDMA hardware.
+	// Default: true when the environment variable SERIEMA_OFI_ONESIDED
+	// is "1" (so that a launcher can choose it for every process, as
+	// FI_PROVIDER chooses the provider), else false: the message path.
+	// See docs/wire.md and the dtutils package doc.
+	OneSided bool
 	// Logger receives connection-level events; default slog.Default().
 	Logger *slog.Logger
 }
@@ -46,7 +63,7 @@ func DefaultOFIConfig() OFIConfig {
 	if prov == "" {
 		prov = "tcp"
 	}
-	return OFIConfig{Provider: prov, MessageSize: 64 << 10, ReceiveBuffers: 64, SendBuffers: 64, PeerTimeout: 5 * time.Second}
+	return OFIConfig{Provider: prov, MessageSize: 64 << 10, ReceiveBuffers: 64, SendBuffers: 64, PeerTimeout: 5 * time.Second, OneSided: os.Getenv("SERIEMA_OFI_ONESIDED") == "1"}
 }
 
 // withDefaults fills zero fields from DefaultOFIConfig.

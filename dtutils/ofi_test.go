@@ -23,7 +23,17 @@ import (
 // The provider is FI_PROVIDER's, else tcp (tcp;ofi_rxm) on loopback.
 
 func ofiMake(t testing.TB, pa, pb *Process) (Provider, Provider) {
+	return ofiMakeWith(t, pa, pb, ofiTestConfig(""))
+}
+
+// ofiRMAMake: both ends with the one-sided path (OFIConfig.OneSided).
+func ofiRMAMake(t testing.TB, pa, pb *Process) (Provider, Provider) {
 	cfg := ofiTestConfig("")
+	cfg.OneSided = true
+	return ofiMakeWith(t, pa, pb, cfg)
+}
+
+func ofiMakeWith(t testing.TB, pa, pb *Process, cfg OFIConfig) (Provider, Provider) {
 	a, err := NewOFI(pa, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -52,23 +62,32 @@ func init() {
 	transports = append(transports, struct {
 		name string
 		make func(t testing.TB, pa, pb *Process) (Provider, Provider)
-	}{"ofi", ofiMake})
-	peerProviders["ofi"] = func(proc *Process, args []string) (Provider, error) {
-		node := ""
-		if len(args) > 0 {
-			node = args[0]
+	}{"ofi", ofiMake}, struct {
+		name string
+		make func(t testing.TB, pa, pb *Process) (Provider, Provider)
+	}{"ofi-rma", ofiRMAMake})
+	for _, name := range []string{"ofi", "ofi-rma"} {
+		peerProviders[name] = func(proc *Process, args []string) (Provider, error) {
+			node := ""
+			if len(args) > 0 {
+				node = args[0]
+			}
+			cfg := ofiTestConfig(node)
+			cfg.OneSided = name == "ofi-rma"
+			return NewOFI(proc, cfg)
 		}
-		return NewOFI(proc, ofiTestConfig(node))
 	}
 }
 
 func TestOFICrossProcess(t *testing.T) {
-	t.Run("Atomics", func(t *testing.T) {
-		runPeers(t, startPeer(t, "atomics,ofi,0"), startPeer(t, "atomics,ofi,1"))
-	})
-	t.Run("SealVisibility", func(t *testing.T) {
-		runPeers(t, startPeer(t, "seal-recv,ofi,0"), startPeer(t, "seal-send,ofi,1"))
-	})
+	for _, tr := range []string{"ofi", "ofi-rma"} {
+		t.Run(tr+"/Atomics", func(t *testing.T) {
+			runPeers(t, startPeer(t, "atomics,"+tr+",0"), startPeer(t, "atomics,"+tr+",1"))
+		})
+		t.Run(tr+"/SealVisibility", func(t *testing.T) {
+			runPeers(t, startPeer(t, "seal-recv,"+tr+",0"), startPeer(t, "seal-send,"+tr+",1"))
+		})
+	}
 }
 
 // TestOFITwoHostsOverNetns: as TestTwoHostsOverNetns, over libfabric's tcp
@@ -78,9 +97,13 @@ func TestOFITwoHostsOverNetns(t *testing.T) {
 		t.Skipf("FI_PROVIDER=%s does not cross network namespaces", p)
 	}
 	h := jobtest.TwoHosts(t)
-	a := startPeer(t, "atomics,ofi,0,"+h.Addr[0], h.IP, "netns", "exec", h.NS[0])
-	b := startPeer(t, "atomics,ofi,1,"+h.Addr[1], h.IP, "netns", "exec", h.NS[1])
-	runPeers(t, a, b)
+	for _, tr := range []string{"ofi", "ofi-rma"} {
+		t.Run(tr, func(t *testing.T) {
+			a := startPeer(t, "atomics,"+tr+",0,"+h.Addr[0], h.IP, "netns", "exec", h.NS[0])
+			b := startPeer(t, "atomics,"+tr+",1,"+h.Addr[1], h.IP, "netns", "exec", h.NS[1])
+			runPeers(t, a, b)
+		})
+	}
 }
 
 func TestOFIPeerClosesMidStream(t *testing.T) {

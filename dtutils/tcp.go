@@ -192,6 +192,7 @@ type pendingOp struct {
 	wrid     uint64
 	op       Op
 	signaled bool
+	internal bool // a fence (see fence): no work request of the user's
 	local    alloc.Memory
 	retire   uint64
 }
@@ -210,6 +211,7 @@ type tcpQP struct {
 	out     []byte // frames not yet taken by a writer
 	outN    atomic.Int64
 	pending fifo[pendingOp]
+	fences  int // fences posted and not yet answered
 	lostErr error
 
 	// fd is the socket and efd the eventfd that wakes the engine from
@@ -415,6 +417,33 @@ func (q *tcpQP) Post(wr WorkRequest) error {
 	// until it wakes (one kick per wake-up, not per operation).
 	q.kick()
 	return nil
+}
+
+// fence queues a signaled Nop that completes no work request: its answer
+// says the peer has applied every frame sent before it, unsignaled ones
+// included (ofi's one-sided path waits for it before an fi_write or
+// fi_read may overtake them).
+func (q *tcpQP) fence() error {
+	f := frame{op: uint8(OpNop), flags: flagSignaled}
+	q.mu.Lock()
+	if q.lostErr != nil {
+		err := q.lostErr
+		q.mu.Unlock()
+		return err
+	}
+	q.appendFrame(&f, nil)
+	q.pending.push(pendingOp{op: OpNop, signaled: true, internal: true})
+	q.fences++
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+// unansweredFences returns the fences not yet answered.
+func (q *tcpQP) unansweredFences() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.fences
 }
 
 // appendFrame queues a frame; q.mu is held.
@@ -916,6 +945,15 @@ func (q *tcpQP) response(f frame, data []byte) error {
 	if !ok || p.wrid != f.wrid || p.op != op {
 		return fmt.Errorf("%w: rank %d answered an operation that was not pending", ErrConnectionLost, q.peerRank)
 	}
+	if p.internal {
+		q.mu.Lock()
+		if q.lostErr == nil {
+			q.pending.pop()
+			q.fences--
+		}
+		q.mu.Unlock()
+		return nil
+	}
 	if len(data) > 0 {
 		dst := p.local.Bytes()
 		if op == OpCall && len(data) <= len(dst) {
@@ -981,7 +1019,9 @@ func (q *tcpQP) fail(err error) {
 		q.fdmu.Unlock()
 	}
 	for _, p := range lost {
-		q.cq.push(Completion{WRID: p.wrid, Op: p.op, Status: StatusConnectionLost})
+		if !p.internal {
+			q.cq.push(Completion{WRID: p.wrid, Op: p.op, Status: StatusConnectionLost})
+		}
 	}
 	switch {
 	case q.closed.Load():

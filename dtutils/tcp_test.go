@@ -470,17 +470,26 @@ func TestTCPMalformedFramesFromPeer(t *testing.T) {
 }
 
 // FuzzOFIHeader: the ofi message header decodes only what encodes back the
-// same, with a known kind and a body exactly when the kind carries one.
+// same, with a known kind and a body exactly when (and as long as) the kind
+// carries one; region questions and answers decode only what encodes back.
 func FuzzOFIHeader(f *testing.F) {
-	for _, h := range []ofiMsgHeader{{token: 7, kind: ofiKindData, seq: 1}, {token: 9, kind: ofiKindClose, seq: 1 << 31}, {kind: ofiKindProbe}, {kind: ofiKindAck}} {
-		b := make([]byte, ofiHeader, ofiHeader+4)
+	ask := ofiRegionAsk{region: 3, key: 0xfeed}.append(nil)
+	answer := ofiRegionAnswer{region: 3, status: ofiRegionYes, key: 0xfeed, length: 4096, addr: 1 << 40, mrKey: 77}.append(nil)
+	for _, h := range []ofiMsgHeader{{token: 7, kind: ofiKindData, seq: 1}, {token: 9, kind: ofiKindClose, seq: 1 << 31}, {kind: ofiKindProbe}, {kind: ofiKindAck}, {kind: ofiKindRegionAsk}, {kind: ofiKindRegionAnswer}} {
+		b := make([]byte, ofiHeader, ofiHeader+64)
 		h.put(b)
-		if h.kind == ofiKindData {
+		switch h.kind {
+		case ofiKindData:
 			b = append(b, 1, 2, 3, 4)
+		case ofiKindRegionAsk:
+			b = append(b, ask...)
+		case ofiKindRegionAnswer:
+			b = append(b, answer...)
 		}
 		f.Add(b)
 	}
 	f.Add([]byte{1, 2})
+	bodies := map[uint8]int{ofiKindRegionAsk: ofiRegionAskBody, ofiKindRegionAnswer: ofiRegionAnswerBody}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := parseOFIHeader(data)
 		if err != nil {
@@ -489,13 +498,41 @@ func FuzzOFIHeader(f *testing.F) {
 			}
 			return
 		}
-		if h.kind < ofiKindData || h.kind > ofiKindAck || (h.kind == ofiKindData) != (len(data) > ofiHeader) {
+		body := len(data) - ofiHeader
+		switch n, ok := bodies[h.kind]; {
+		case ok && body != n:
+			t.Fatalf("accepted kind %d with a %d-byte body", h.kind, body)
+		case !ok && (h.kind < ofiKindData || h.kind > ofiKindAck || (h.kind == ofiKindData) != (body > 0)):
 			t.Fatalf("accepted %+v with %d bytes", h, len(data))
 		}
 		var again [ofiHeader]byte
 		h.put(again[:])
 		if !bytes.Equal(again[:], data[:ofiHeader]) {
 			t.Fatal("re-encoding differs")
+		}
+		switch h.kind {
+		case ofiKindRegionAsk:
+			a, err := parseRegionAsk(data[ofiHeader:])
+			if err != nil {
+				if !errors.Is(err, ErrBadFrame) {
+					t.Fatalf("error not wrapping ErrBadFrame: %v", err)
+				}
+				return
+			}
+			if !bytes.Equal(a.append(nil), data[ofiHeader:]) {
+				t.Fatal("region question re-encodes differently")
+			}
+		case ofiKindRegionAnswer:
+			a, err := parseRegionAnswer(data[ofiHeader:])
+			if err != nil {
+				if !errors.Is(err, ErrBadFrame) {
+					t.Fatalf("error not wrapping ErrBadFrame: %v", err)
+				}
+				return
+			}
+			if !bytes.Equal(a.append(nil), data[ofiHeader:]) {
+				t.Fatal("region answer re-encodes differently")
+			}
 		}
 	})
 }

@@ -247,9 +247,24 @@ func parseFrame(b []byte, maxPayload int) (frame, error) {
 //	0  u64 token of the destination queue pair
 //	8  u8  kind (1: frame bytes follow; 2: the sender closed its queue
 //	       pair; 3: a probe, sent while answers are overdue, to learn
-//	       whether the peer is still there; 4: the answer to a probe)
+//	       whether the peer is still there; 4: the answer to a probe;
+//	       5: a region question, 6: its answer — the one-sided path)
 //	9  u8[3] reserved
 //	12 u32 sequence number of the message in its queue pair's stream
+//
+// A region question (OFIConfig.OneSided: before the first fi_write or
+// fi_read into a region of the peer) asks whether a locator's region and
+// key are good, and how to name the region in RMA:
+//
+//	16 u32 region ID   20 u32 reserved (0)   24 u64 the locator's key
+//
+// and its answer:
+//
+//	16 u32 region ID   20 u32 status (0: yes; 1: no such region, or not
+//	       that key; 2: the peer offers no one-sided access to it)
+//	24 u64 the key asked about   32 u64 region length
+//	40 u64 RMA address of the region's first byte (its virtual address
+//	       under FI_MR_VIRT_ADDR, else 0)   48 u64 the registration's key
 //
 // Frame bytes are the next part of the stream of tcp frames (above); a
 // frame may span messages. Receives may complete out of order (a large
@@ -261,7 +276,64 @@ const (
 	ofiKindClose = 2
 	ofiKindProbe = 3
 	ofiKindAck   = 4
+
+	ofiKindRegionAsk    = 5
+	ofiKindRegionAnswer = 6
+	ofiRegionAskBody    = 16
+	ofiRegionAnswerBody = 40
+
+	ofiRegionYes     = 0
+	ofiRegionNo      = 1
+	ofiRegionNoSided = 2
 )
+
+// ofiRegionAsk and ofiRegionAnswer are the one-sided path's region
+// question and answer (bodies of kinds 5 and 6).
+type ofiRegionAsk struct {
+	region uint32
+	key    uint64
+}
+
+func (a ofiRegionAsk) append(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, a.region)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	return binary.LittleEndian.AppendUint64(b, a.key)
+}
+
+func parseRegionAsk(b []byte) (ofiRegionAsk, error) {
+	if len(b) != ofiRegionAskBody || binary.LittleEndian.Uint32(b[4:]) != 0 {
+		return ofiRegionAsk{}, fmt.Errorf("%w: region question of %d bytes", ErrBadFrame, len(b))
+	}
+	return ofiRegionAsk{region: binary.LittleEndian.Uint32(b), key: binary.LittleEndian.Uint64(b[8:])}, nil
+}
+
+type ofiRegionAnswer struct {
+	region, status uint32
+	key, length    uint64
+	addr, mrKey    uint64
+}
+
+func (a ofiRegionAnswer) append(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, a.region)
+	b = binary.LittleEndian.AppendUint32(b, a.status)
+	for _, v := range [...]uint64{a.key, a.length, a.addr, a.mrKey} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
+}
+
+func parseRegionAnswer(b []byte) (ofiRegionAnswer, error) {
+	if len(b) != ofiRegionAnswerBody {
+		return ofiRegionAnswer{}, fmt.Errorf("%w: region answer of %d bytes", ErrBadFrame, len(b))
+	}
+	a := ofiRegionAnswer{region: binary.LittleEndian.Uint32(b), status: binary.LittleEndian.Uint32(b[4:]),
+		key: binary.LittleEndian.Uint64(b[8:]), length: binary.LittleEndian.Uint64(b[16:]),
+		addr: binary.LittleEndian.Uint64(b[24:]), mrKey: binary.LittleEndian.Uint64(b[32:])}
+	if a.status > ofiRegionNoSided {
+		return ofiRegionAnswer{}, fmt.Errorf("%w: region answer status %d", ErrBadFrame, a.status)
+	}
+	return a, nil
+}
 
 type ofiMsgHeader struct {
 	token uint64
@@ -284,7 +356,13 @@ func parseOFIHeader(b []byte) (ofiMsgHeader, error) {
 	if b[9]|b[10]|b[11] != 0 {
 		return ofiMsgHeader{}, fmt.Errorf("%w: reserved ofi header bytes set", ErrBadFrame)
 	}
-	if h.kind < ofiKindData || h.kind > ofiKindAck || (h.kind != ofiKindData) != (len(b) == ofiHeader) {
+	body := len(b) - ofiHeader
+	switch {
+	case h.kind == ofiKindData && body > 0:
+	case h.kind >= ofiKindClose && h.kind <= ofiKindAck && body == 0:
+	case h.kind == ofiKindRegionAsk && body == ofiRegionAskBody:
+	case h.kind == ofiKindRegionAnswer && body == ofiRegionAnswerBody:
+	default:
 		return ofiMsgHeader{}, fmt.Errorf("%w: ofi message kind %d with %d bytes", ErrBadFrame, h.kind, len(b))
 	}
 	return h, nil
