@@ -39,6 +39,10 @@ type Config struct {
 	// this rank reached the coordinator from (several machines) or to
 	// loopback (one machine), as the tcp transport does.
 	OFIProvider string
+	// OFIOneSided sends writes and reads over Transport "ofi" as libfabric
+	// RMA into registered memory (dtutils.OFIConfig.OneSided) instead of
+	// messages. Default false, unless SERIEMA_OFI_ONESIDED=1 is set.
+	OFIOneSided bool
 	// Handlers holds the handlers; register them before Start, identically in
 	// every process. Default: an empty set (see Fabric.Handlers).
 	Handlers *Handlers

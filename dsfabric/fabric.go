@@ -388,6 +388,9 @@ func (f *Fabric) ofiConfig() dtutils.OFIConfig {
 	if f.cfg.OFIProvider != "" {
 		oc.Provider = f.cfg.OFIProvider
 	}
+	if f.cfg.OFIOneSided {
+		oc.OneSided = true
+	}
 	if !strings.HasPrefix(oc.Provider, "tcp") && oc.Provider != "sockets" {
 		return oc // fabrics with their own addressing (verbs, efa, cxi, shm)
 	}

@@ -43,6 +43,11 @@ if [ -f /usr/include/rdma/fabric.h ] && command -v "${CC:-gcc}" >/dev/null 2>&1;
 		FI_PROVIDER=$tr "$BIN/mctsbench-ofi" latency -size 8 -n 50000 -transport ofi -json
 	done; } > "$OUT/ofi.json"
 	cat "$OUT/ofi.json"
+	echo "== ofi over tcp: the one-sided path (SERIEMA_OFI_ONESIDED=1) against the message path, one after the other"
+	{ for os in 0 1; do
+		SERIEMA_OFI_ONESIDED=$os FI_PROVIDER=tcp "$BIN/mctsbench-ofi" micro -mode raw,write -sizes 8,4096,65536 -n 20000 -transport ofi -json
+	done; } > "$OUT/ofi-rma.json"
+	cat "$OUT/ofi-rma.json"
 else
 	echo "== libfabric (ofi): skipped, libfabric-dev or a C compiler is missing" > "$OUT/ofi.json"
 	cat "$OUT/ofi.json"

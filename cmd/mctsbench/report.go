@@ -37,6 +37,7 @@ type benchData struct {
 	idle    []IdleResult
 	ofi     []Result        // ours and ofi's over shm and tcp, one after the other
 	ofiLat  []LatencyResult // the same, call-and-return latency
+	ofiRMA  []Result        // ofi-tcp's message path and one-sided path, interleaved
 	conn    []ConnResult    // mctsbench conn: rconn, unix, tcp
 	rdmo    []RDMOResult    // mctsbench rdmo: RDMOs and their one-sided sequences
 	shuffle []ShuffleResult // mctsbench shuffle: repartition and broadcast
@@ -150,6 +151,9 @@ func loadBench(dir string) (*benchData, error) {
 		return nil, err
 	}
 	if d.ofi, d.ofiLat, err = readMixed(filepath.Join(dir, "ofi.json")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	if d.ofiRMA, err = readLines[Result](filepath.Join(dir, "ofi-rma.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	if d.rdmo, err = readLines[RDMOResult](filepath.Join(dir, "rdmo.json")); err != nil && !os.IsNotExist(err) {
@@ -319,7 +323,7 @@ func (d *benchData) ofiSection(w *strings.Builder) {
 	}
 	sizes := sizesOf(d.ofi)
 	w.WriteString("\n### libfabric (ofi) beside our transports, same run\n\n")
-	w.WriteString("`ofi-tcp` is the ofi provider over libfabric's `tcp;ofi_rxm`, `ofi-shm` over libfabric's `shm`; both carry our frames in libfabric messages (the dtutils package documentation says why not fi_write). Calls/s:\n\n| mode | size (B) | shm | ofi-shm | ofi-shm / shm | tcp | ofi-tcp | ofi-tcp / tcp |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	w.WriteString("`ofi-tcp` is the ofi provider over libfabric's `tcp;ofi_rxm`, `ofi-shm` over libfabric's `shm`; both carry our frames in libfabric messages (the default; the one-sided path is the next table). Calls/s:\n\n| mode | size (B) | shm | ofi-shm | ofi-shm / shm | tcp | ofi-tcp | ofi-tcp / tcp |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range []string{"raw", "write", "trad", "ovfl"} {
 		for _, s := range sizes {
 			a, b := rate(d.ofi, m, "shm", s), rate(d.ofi, m, "ofi-shm", s)
@@ -331,6 +335,17 @@ func (d *benchData) ofiSection(w *strings.Builder) {
 		w.WriteString("\n| call_return, 8 B | p50 | p99 | p99.9 |\n|---|---:|---:|---:|\n")
 		for _, l := range d.ofiLat {
 			fmt.Fprintf(w, "| %s | %v | %v | %v |\n", l.Transport, time.Duration(l.P50ns), time.Duration(l.P99ns), time.Duration(l.P999ns))
+		}
+	}
+	w.WriteString("\n")
+	if len(d.ofiRMA) == 0 {
+		return
+	}
+	w.WriteString("One-sided path (`OFIConfig.OneSided`, `SERIEMA_OFI_ONESIDED=1`: fi_writemsg/fi_readmsg into registered memory) against the message path, both over `tcp;ofi_rxm`, interleaved in one run. MB/s:\n\n| mode | size (B) | ofi-tcp | ofi-tcp-rma | rma / messages |\n|---|---:|---:|---:|---:|\n")
+	for _, m := range []string{"raw", "write"} {
+		for _, s := range sizesOf(d.ofiRMA) {
+			a, b := rate(d.ofiRMA, m, "ofi-tcp", s), rate(d.ofiRMA, m, "ofi-tcp-rma", s)
+			fmt.Fprintf(w, "| %s | %d | %.1f | %.1f | %s |\n", m, s, a*float64(s)/1e6, b*float64(s)/1e6, ratio(b, a))
 		}
 	}
 	w.WriteString("\n")

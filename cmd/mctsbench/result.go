@@ -26,13 +26,18 @@ func newResult(mode, transport string, size, n int, callsPerS []float64) Result 
 }
 
 // resultTransport names a transport in results: ofi with its libfabric
-// provider ("ofi-tcp", "ofi-shm"), so that runs over several providers
-// stay apart; other names unchanged.
+// provider ("ofi-tcp", "ofi-shm") and "-rma" with the one-sided path
+// (SERIEMA_OFI_ONESIDED=1), so that runs over several providers stay
+// apart; other names unchanged.
 func resultTransport(t string) string {
 	if t != "ofi" {
 		return t
 	}
-	p, _, _ := strings.Cut(dtutils.DefaultOFIConfig().Provider, ";")
+	oc := dtutils.DefaultOFIConfig()
+	p, _, _ := strings.Cut(oc.Provider, ";")
+	if oc.OneSided {
+		return "ofi-" + p + "-rma"
+	}
 	return "ofi-" + p
 }
 
