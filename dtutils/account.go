@@ -34,6 +34,16 @@ func (a *sqAccount) postUnsignaled() error {
 	}
 }
 
+// post accounts for one operation being posted: a signaled one gets the
+// snapshot its completion carries, an unsignaled one is counted (or
+// refused, at MaxUnsignaled).
+func (a *sqAccount) post(signaled bool) (snap uint64, err error) {
+	if signaled {
+		return a.snapshot(), nil
+	}
+	return 0, a.postUnsignaled()
+}
+
 // snapshot is recorded in a signaled operation's completion: polling it
 // retires every unsignaled operation posted before it.
 func (a *sqAccount) snapshot() uint64 { return a.posted.Load() }

@@ -47,3 +47,27 @@ func (f *fifo[T]) front() *T { return &f.buf[f.head] }
 
 // at returns the i-th oldest element, to update in place; i < len().
 func (f *fifo[T]) at(i int) *T { return &f.buf[(f.head+i)%len(f.buf)] }
+
+// indexPool hands out the indices 0…n−1 of a table (message buffers,
+// completion contexts), lowest first. Not synchronised.
+type indexPool struct{ free []int }
+
+func newIndexPool(n int) indexPool {
+	p := indexPool{free: make([]int, n)}
+	for i := range p.free {
+		p.free[i] = n - 1 - i
+	}
+	return p
+}
+
+func (p *indexPool) take() (int, bool) {
+	n := len(p.free)
+	if n == 0 {
+		return 0, false
+	}
+	i := p.free[n-1]
+	p.free = p.free[:n-1]
+	return i, true
+}
+
+func (p *indexPool) put(i int) { p.free = append(p.free, i) }

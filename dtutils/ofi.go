@@ -293,7 +293,7 @@ type ofiProvider struct {
 	cqmu sync.Mutex // held by whoever reads the completion queue
 
 	smu       sync.Mutex // guards sendFree and sendOwner
-	sendFree  []int      // free send buffers
+	sendFree  indexPool  // free send buffers
 	sendOwner []*ofiQP   // queue pair of each send buffer in flight
 
 	calls    *atomic.Uint64
@@ -373,9 +373,7 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 	tc := DefaultTCPConfig()
 	tc.Logger = cfg.Logger
 	p.host = &tcpProvider{proc: proc, cfg: tc, log: log, qps: make(map[uint64]*tcpQP)}
-	for i := cfg.SendBuffers - 1; i >= 0; i-- {
-		p.sendFree = append(p.sendFree, i)
-	}
+	p.sendFree = newIndexPool(cfg.SendBuffers)
 	if cfg.OneSided {
 		mode := uint64(C.sof_mr_mode(s))
 		p.rma = newOFIRMA(p, mode&C.FI_MR_VIRT_ADDR != 0, mode&C.FI_MR_LOCAL != 0)
@@ -648,7 +646,7 @@ func (p *ofiProvider) repost(i int) {
 func (p *ofiProvider) sent(i int) {
 	p.smu.Lock()
 	p.sendOwner[i] = nil
-	p.sendFree = append(p.sendFree, i)
+	p.sendFree.put(i)
 	p.smu.Unlock()
 }
 
@@ -1050,14 +1048,11 @@ func (q *ofiQP) post(i, n int) error {
 func (p *ofiProvider) takeSendBuf(q *ofiQP) (int, bool) {
 	p.smu.Lock()
 	defer p.smu.Unlock()
-	n := len(p.sendFree)
-	if n == 0 {
-		return 0, false
+	i, ok := p.sendFree.take()
+	if ok {
+		p.sendOwner[i] = q
 	}
-	i := p.sendFree[n-1]
-	p.sendFree = p.sendFree[:n-1]
-	p.sendOwner[i] = q
-	return i, true
+	return i, ok
 }
 
 // kick implements frameLink: a post with nobody polling wakes the engine.

@@ -27,8 +27,10 @@ type OFIConfig struct {
 	// messages of at most this many bytes. Default 64 KiB; at least 4 KiB.
 	MessageSize int
 	// ReceiveBuffers is how many message buffers are posted for incoming
-	// messages, and SendBuffers how many outgoing messages may be in
-	// flight. Default 64 each; at least 2.
+	// messages, and SendBuffers how many outgoing messages (and, with
+	// OneSided, how many fi_writemsg/fi_readmsg) may be in flight; a post
+	// beyond it makes progress until one completes. Default 64 each; at
+	// least 2.
 	ReceiveBuffers, SendBuffers int
 	// PeerTimeout bounds how long a queue pair waits for answers while it
 	// hears nothing at all from its peer, probes included: then the peer
@@ -47,7 +49,10 @@ type OFIConfig struct {
 	// (tcp;ofi_rxm orders neither). The peer needs no setting: a peer
 	// without it answers that it takes messages only. Locators of a
 	// region released after a peer first used it are not checked again:
-	// a write through one is dropped by the provider, as on RDMA hardware.
+	// a write through one is dropped by the provider, as on RDMA hardware,
+	// and as there, a region must not be released while a peer's write
+	// into it is under way (over tcp the provider would be copying into
+	// unmapped memory).
 	// Default: true when the environment variable SERIEMA_OFI_ONESIDED
 	// is "1" (so that a launcher can choose it for every process, as
 	// FI_PROVIDER chooses the provider), else false: the message path.

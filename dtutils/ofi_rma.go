@@ -60,7 +60,7 @@ type ofiRMA struct {
 
 	smu   sync.Mutex
 	slots []rmaSlot // operations in flight, by completion context
-	free  []int
+	free  indexPool
 
 	pieces atomic.Uint64 // fi_writemsg and fi_readmsg posted (tests read it)
 }
@@ -107,16 +107,13 @@ type askKey struct {
 	key    uint64
 }
 
-// rmaSlots bounds the one-sided operations in flight per provider, as
-// SendBuffers bounds messages: beyond it a post makes progress until one
-// completes.
+// newOFIRMA sets the one-sided path up. Its slot table bounds the
+// operations in flight per provider to SendBuffers, as for messages:
+// beyond it a post makes progress until one completes.
 func newOFIRMA(p *ofiProvider, virt, local bool) *ofiRMA {
 	r := &ofiRMA{p: p, virt: virt, local: local, mrs: make(map[uint32]ofiMR)}
-	n := p.cfg.SendBuffers
-	r.slots = make([]rmaSlot, n)
-	for i := n - 1; i >= 0; i-- {
-		r.free = append(r.free, i)
-	}
+	r.slots = make([]rmaSlot, p.cfg.SendBuffers)
+	r.free = newIndexPool(p.cfg.SendBuffers)
 	r.hook = p.proc.Registry().OnRelease(r.release)
 	return r
 }
@@ -178,14 +175,11 @@ func (r *ofiRMA) unhook() { r.hook() }
 func (r *ofiRMA) takeSlot(q *ofiQP, seq uint64) (int, bool) {
 	r.smu.Lock()
 	defer r.smu.Unlock()
-	n := len(r.free)
-	if n == 0 {
-		return 0, false
+	i, ok := r.free.take()
+	if ok {
+		r.slots[i] = rmaSlot{q: q, seq: seq}
 	}
-	i := r.free[n-1]
-	r.free = r.free[:n-1]
-	r.slots[i] = rmaSlot{q: q, seq: seq}
-	return i, true
+	return i, ok
 }
 
 // done handles the completion of slot i; cqmu is held (or the post that
@@ -193,8 +187,7 @@ func (r *ofiRMA) takeSlot(q *ofiQP, seq uint64) (int, bool) {
 func (r *ofiRMA) done(i int, st Status, err error) {
 	r.smu.Lock()
 	s := r.slots[i]
-	r.slots[i] = rmaSlot{}
-	r.free = append(r.free, i)
+	r.giveBackLocked(i)
 	r.smu.Unlock()
 	if s.q == nil {
 		return
@@ -252,13 +245,7 @@ func (q *ofiQP) postFrame(wr WorkRequest) error {
 
 // postRMA posts a write or read as fi_writemsg/fi_readmsg.
 func (q *ofiQP) postRMA(wr WorkRequest) error {
-	if q.closed.Load() {
-		return ErrClosed
-	}
-	if !q.connected.Load() {
-		return ErrNotConnected
-	}
-	if err := wr.validate(q.prov.proc.cfg.MaxTransfer, q.prov.proc.cfg.CallBytes); err != nil {
+	if err := q.tcpQP.check(&wr); err != nil {
 		return err
 	}
 	rr, ok, err := q.remoteRegion(wr.Remote)
@@ -294,10 +281,8 @@ func (q *ofiQP) postRMA(wr WorkRequest) error {
 			return err
 		}
 	}
-	var snap uint64
-	if wr.Signaled {
-		snap = q.acct.snapshot()
-	} else if err := q.acct.postUnsignaled(); err != nil {
+	snap, err := q.acct.post(wr.Signaled)
+	if err != nil {
 		return err
 	}
 	l := wr.Remote
@@ -393,9 +378,13 @@ func (q *ofiQP) rmaPiece(write bool, b []byte, desc uintptr, addr, key, seq uint
 // giveBack returns a slot no operation was posted with.
 func (r *ofiRMA) giveBack(i int) {
 	r.smu.Lock()
-	r.slots[i] = rmaSlot{}
-	r.free = append(r.free, i)
+	r.giveBackLocked(i)
 	r.smu.Unlock()
+}
+
+func (r *ofiRMA) giveBackLocked(i int) {
+	r.slots[i] = rmaSlot{}
+	r.free.put(i)
 }
 
 // queueOp adds an operation to the queue pair's RMA queue and returns its

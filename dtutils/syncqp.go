@@ -69,10 +69,8 @@ func (q *syncQP) Post(wr WorkRequest) error {
 	if err := wr.validate(q.proc.cfg.MaxTransfer, q.proc.cfg.CallBytes); err != nil {
 		return err
 	}
-	var snap uint64
-	if wr.Signaled {
-		snap = q.acct.snapshot()
-	} else if err := q.acct.postUnsignaled(); err != nil {
+	snap, err := q.acct.post(wr.Signaled)
+	if err != nil {
 		return err
 	}
 	var in, out []byte

@@ -360,21 +360,25 @@ const tcpReadBuffer = 256 << 10
 // reader goroutine, woken by the same data, takes over the rest.
 const pollerReads = 4
 
-func (q *tcpQP) Post(wr WorkRequest) error {
+// check refuses a work request the queue pair cannot post: closed, not
+// connected, or invalid.
+func (q *tcpQP) check(wr *WorkRequest) error {
 	if q.closed.Load() {
 		return ErrClosed
 	}
 	if !q.connected.Load() {
 		return ErrNotConnected
 	}
-	if err := wr.validate(q.prov.proc.cfg.MaxTransfer, q.prov.proc.cfg.CallBytes); err != nil {
+	return wr.validate(q.prov.proc.cfg.MaxTransfer, q.prov.proc.cfg.CallBytes)
+}
+
+func (q *tcpQP) Post(wr WorkRequest) error {
+	if err := q.check(&wr); err != nil {
 		return err
 	}
 	oneSided := wr.Op != OpSend && wr.Op != OpNop && wr.Op != OpCall
-	var snap uint64
-	if wr.Signaled {
-		snap = q.acct.snapshot()
-	} else if err := q.acct.postUnsignaled(); err != nil {
+	snap, err := q.acct.post(wr.Signaled)
+	if err != nil {
 		return err
 	}
 	if oneSided && wr.Remote.Process != q.peerRank {
