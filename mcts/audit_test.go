@@ -1,12 +1,17 @@
 package mcts
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/seriema-go/seriema/dsfabric"
+)
 
 // audit checks, for every node of this process whose children are in this
 // process too, that visit counts agree parent-to-children after a phase:
 // a node's visits are the sum of its slots', and a slot's visits are its
 // child's plus the one evaluation that created it (a won child is evaluated
-// on every visit instead).
+// on every visit instead). With Config.SpreadDepth, every node deeper than
+// it must live in its parent's process (this one).
 func (d *Distributed) audit(t *testing.T) {
 	t.Helper()
 	playouts := uint32(d.cfg.Playouts)
@@ -20,6 +25,9 @@ func (d *Distributed) audit(t *testing.T) {
 	}
 	for at, n := range byRef {
 		n.mu.Lock()
+		if s := d.cfg.SpreadDepth; s > 0 && n.depth > uint32(s) && d.local(dsfabric.ThreadID(n.parent.owner)) == nil {
+			t.Errorf("node %v, %d moves deep (SpreadDepth %d), has its parent in another process (thread %d)", at, n.depth, s, n.parent.owner)
+		}
 		var sum uint32
 		for _, s := range n.slots {
 			sum += s.visits

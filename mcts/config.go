@@ -38,6 +38,17 @@ type Config struct {
 	// "only remote calls" setting); by default a thread works on a node
 	// of its own process directly.
 	NoShortcut bool
+	// SpreadDepth places the nodes that many moves below the root (and
+	// fewer) on worker threads chosen uniformly at random over the job,
+	// and every deeper node on a random thread of its parent's process: a
+	// rollout then crosses between processes at most SpreadDepth times on
+	// its way down and back, where with every node placed uniformly (the
+	// paper's placement, SpreadDepth 0) it crosses at nearly every level.
+	// The spread levels keep the load even: their nodes are many (up to
+	// 121² on an empty 11×11 board) and the search's visits spread over
+	// them. Measured on 2×1 (docs/benchmarks.md, Fig. 3 notes): calls
+	// between processes halved, simulations/ms 1.13×. Default 2.
+	SpreadDepth int
 	// InFlight bounds the rollouts under way at once in a phase (started,
 	// not yet backpropagated to the root): more keeps more threads busy,
 	// fewer keeps the search closer to sequential. Default 8 per worker
@@ -56,7 +67,7 @@ type Config struct {
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{Budget: 20000, Playouts: 16, C: 1.0, Mode: riutils.Trad, ProgressEvery: 250 * time.Millisecond}
+	return Config{Budget: 20000, Playouts: 16, C: 1.0, Mode: riutils.Trad, SpreadDepth: 2, ProgressEvery: 250 * time.Millisecond}
 }
 
 // VerifyConfig reports the first invalid field.
@@ -72,6 +83,8 @@ func (c Config) VerifyConfig() error {
 		return fmt.Errorf("%w: Mode %d", ErrBadConfig, c.Mode)
 	case c.InFlight < 0:
 		return fmt.Errorf("%w: InFlight %d", ErrBadConfig, c.InFlight)
+	case c.SpreadDepth < 0:
+		return fmt.Errorf("%w: SpreadDepth %d (want ≥ 0)", ErrBadConfig, c.SpreadDepth)
 	case c.MoveTime < 0:
 		return fmt.Errorf("%w: MoveTime %v (want ≥ 0)", ErrBadConfig, c.MoveTime)
 	}

@@ -514,21 +514,32 @@ func (w *worker) descend(a *action) {
 				d.fail(fmt.Errorf("mcts: the game refused its own move: %w", err))
 				return
 			}
-			owner := dsfabric.ThreadID(w.rng.IntN(d.all))
-			w.send(owner, createCall(e, at, uint32(i), child))
+			w.send(w.place(n.depth+1), createCall(e, at, uint32(i), n.depth+1, child))
 		case s.created:
 			w.send(dsfabric.ThreadID(s.child.owner), descendCall(e, s.child.idx, 1))
 		}
 	}
 }
 
+// place chooses the thread that will own a new node depth moves below the
+// root (Config.SpreadDepth): any thread of the job near the root, a thread
+// of this process (the parent's) below. The creator runs on the parent's
+// process, so "this process" is the parent's.
+func (w *worker) place(depth uint32) dsfabric.ThreadID {
+	d := w.d
+	if s := d.cfg.SpreadDepth; s > 0 && depth > uint32(s) {
+		return d.base + dsfabric.ThreadID(w.rng.IntN(d.threads))
+	}
+	return dsfabric.ThreadID(w.rng.IntN(d.all))
+}
+
 // create makes a node on this thread, tells its parent where it is, and
 // simulates from it.
 func (w *worker) create(a *action) {
 	e := a.epoch()
-	parent, slot := a.create()
+	parent, slot, depth := a.create()
 	n := newNode(a.state, parent, slot, false, w.rng)
-	n.epoch = e
+	n.epoch, n.depth = e, depth
 	at, ok := w.add(a.owner, e, n)
 	if !ok {
 		return

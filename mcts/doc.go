@@ -31,8 +31,13 @@
 //	r, err := d.Search(ctx, state)
 //	stats, err := d.Close() // work per thread
 //
-// Each node is owned by a worker thread chosen uniformly at random among all
-// threads of the job; only its owner's process touches it. The root is owned
+// Each node is owned by a worker thread; only its owner's process touches
+// it. Nodes up to Config.SpreadDepth (default 2) moves below the root are
+// owned by a thread chosen uniformly at random among all threads of the
+// job, deeper ones by a random thread of their parent's process, so that a
+// rollout changes process at most that many times (SpreadDepth 0: every
+// node uniformly, the paper's placement, with a change of process at
+// nearly every level). The root is owned
 // by thread 0, and the threads of rank 0 start the rollouts, at most
 // Config.InFlight at once. A rollout at a node owned elsewhere continues as a
 // call to the owner (descend); with the local shortcut (the default) a node

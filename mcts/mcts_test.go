@@ -191,6 +191,7 @@ func TestConfigErrors(t *testing.T) {
 		func(c *mcts.Config) { c.C = -1 },
 		func(c *mcts.Config) { c.Mode = 7 },
 		func(c *mcts.Config) { c.InFlight = -2 },
+		func(c *mcts.Config) { c.SpreadDepth = -1 },
 		func(c *mcts.Config) { c.MoveTime = -time.Second },
 	} {
 		c := mcts.DefaultConfig()
@@ -247,26 +248,30 @@ func distributedSearch(d *mcts.Distributed) searcher {
 }
 
 // TestDistributed (paper §5.3): the distributed search, in 1×2, 2×1 and
-// 2×2 configurations, in trad and ovfl modes and with the local shortcut
-// off, plays the tactics right, loses no backpropagation, keeps visit counts
-// consistent and shares the work among all threads.
+// 2×2 configurations, in trad and ovfl modes, with the local shortcut off
+// and with the paper's uniform placement (SpreadDepth 0) as well as the
+// default, plays the tactics right, loses no backpropagation, keeps visit
+// counts consistent, places deep nodes in their parent's process, and
+// shares the work among all threads.
 func TestDistributed(t *testing.T) {
 	cases := []struct {
 		procs, threads int
 		mode           riutils.Mode
 		noShortcut     bool
+		spread         int
 	}{
-		{1, 2, riutils.Trad, false},
-		{1, 2, riutils.Ovfl, true},
-		{2, 1, riutils.Trad, false},
-		{2, 1, riutils.Ovfl, false},
-		{2, 2, riutils.Trad, true},
+		{1, 2, riutils.Trad, false, 2},
+		{1, 2, riutils.Ovfl, true, 2},
+		{2, 1, riutils.Trad, false, 2},
+		{2, 1, riutils.Trad, false, 0},
+		{2, 1, riutils.Ovfl, false, 1},
+		{2, 2, riutils.Trad, true, 2},
 	}
 	for _, c := range cases {
-		name := fmt.Sprintf("%dx%d-%s-shortcut=%v", c.procs, c.threads, c.mode, !c.noShortcut)
+		name := fmt.Sprintf("%dx%d-%s-shortcut=%v-spread=%d", c.procs, c.threads, c.mode, !c.noShortcut, c.spread)
 		t.Run(name, func(t *testing.T) {
 			cfg := mcts.DefaultConfig()
-			cfg.Budget, cfg.Seed, cfg.Mode, cfg.NoShortcut = 3000, 11, c.mode, c.noShortcut
+			cfg.Budget, cfg.Seed, cfg.Mode, cfg.NoShortcut, cfg.SpreadDepth = 3000, 11, c.mode, c.noShortcut, c.spread
 			stats := distributedJob(t, c.procs, c.threads, cfg, func(d *mcts.Distributed) {
 				tactics(t, distributedSearch(d))
 			})

@@ -51,6 +51,7 @@ type node struct {
 	parentSlot uint32
 	root       bool
 	epoch      uint32 // distributed: the phase the node belongs to
+	depth      uint32 // distributed: moves below the root
 	winner     int
 	toMove     int
 	untried    []Move // expansion takes one at random; filled on first selection

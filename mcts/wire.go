@@ -11,7 +11,8 @@ import (
 // dropped. The node a call works on is owned by the destination thread.
 //
 //	descend   epoch, node, count                 count rollouts select at node
-//	create    epoch, parent owner, parent, slot  + buffer: the child's state
+//	create    epoch, parent owner, parent, slot, depth
+//	                                             + buffer: the child's state
 //	created   epoch, parent, slot, child owner, child
 //	backprop  epoch, node, slot, wins, playouts, rollouts
 //	stop      epoch
@@ -30,7 +31,7 @@ const (
 	numKinds
 )
 
-var kindWords = [numKinds]int{kindDescend: 3, kindCreate: 4, kindCreated: 5, kindBackprop: 6, kindStop: 1, kindStats: 2 + 2*numStats}
+var kindWords = [numKinds]int{kindDescend: 3, kindCreate: 5, kindCreated: 5, kindBackprop: 6, kindStop: 1, kindStats: 2 + 2*numStats}
 
 var kindNames = [numKinds]string{"descend", "create", "created", "backprop", "stop", "stats"}
 
@@ -56,12 +57,15 @@ func descendCall(epoch, node, count uint32) action {
 // descend: count rollouts select at node.
 func (a *action) descend() (node, count uint32) { return a.w[1], a.w[2] }
 
-func createCall(epoch uint32, parent ref, slot uint32, state State) action {
-	return action{kind: kindCreate, w: [6]uint32{epoch, parent.owner, parent.idx, slot}, state: state}
+func createCall(epoch uint32, parent ref, slot, depth uint32, state State) action {
+	return action{kind: kindCreate, w: [6]uint32{epoch, parent.owner, parent.idx, slot, depth}, state: state}
 }
 
-// create: make the child of parent's slot from the state the call carries.
-func (a *action) create() (parent ref, slot uint32) { return ref{a.w[1], a.w[2]}, a.w[3] }
+// create: make the child of parent's slot, depth moves below the root,
+// from the state the call carries.
+func (a *action) create() (parent ref, slot, depth uint32) {
+	return ref{a.w[1], a.w[2]}, a.w[3], a.w[4]
+}
 
 func createdCall(epoch, parent, slot uint32, child ref) action {
 	return action{kind: kindCreated, w: [6]uint32{epoch, parent, slot, child.owner, child.idx}}

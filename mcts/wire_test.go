@@ -34,6 +34,8 @@ func TestWireRoundTrip(t *testing.T) {
 func FuzzDecodeCall(f *testing.F) {
 	f.Add(uint8(kindBackprop), (&action{kind: kindBackprop, w: [6]uint32{1, 2, 3, 4, 16, 1}}).encode(nil))
 	f.Add(uint8(kindStats), (&action{kind: kindStats}).encode(nil))
+	create := createCall(3, ref{owner: 1, idx: 9}, 4, 2, nil)
+	f.Add(uint8(kindCreate), create.encode(nil))
 	f.Fuzz(func(t *testing.T, kind uint8, args []byte) {
 		a, err := decode(kind, args)
 		if err != nil {

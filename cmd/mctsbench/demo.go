@@ -57,7 +57,7 @@ type ThreadWork struct {
 
 type demoOpts struct {
 	procs, threads, board, visits, moves, playouts int
-	inFlight, chunk                                int
+	inFlight, chunk, spread                        int
 	mode, transport, game, heaps                   string
 	c                                              float64
 	seed                                           uint64
@@ -89,6 +89,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
 	fs.BoolVar(&o.seq, "seq", false, "run the sequential baseline (no fabric) instead")
 	fs.IntVar(&o.inFlight, "inflight", 0, "rollouts under way at once (0: 8 per worker thread × processes)")
+	fs.IntVar(&o.spread, "spread", mcts.DefaultConfig().SpreadDepth, "nodes this many moves below the root go to any thread of the job, deeper ones stay in their parent's process (0: every node anywhere, the paper's placement)")
 	fs.IntVar(&o.chunk, "chunk", 0, "bytes of each chunk of a receiver's memory for one-sided calls (0: riutils' default, 2 MiB)")
 	fs.BoolVar(&o.noShortcut, "no-shortcut", false, "send every node operation as a call, even within a process")
 }
@@ -96,7 +97,7 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 func (o demoOpts) searchConfig() (mcts.Config, error) {
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Playouts, cfg.C, cfg.Seed, cfg.NoShortcut, cfg.InFlight = o.visits, o.playouts, o.c, o.seed, o.noShortcut, o.inFlight
-	cfg.MoveTime = o.moveTime
+	cfg.MoveTime, cfg.SpreadDepth = o.moveTime, o.spread
 	if o.chunk != 0 {
 		cfg.Messaging = riutils.DefaultConfig()
 		cfg.Messaging.ChunkSize = o.chunk

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/seriema-go/seriema/internal/chart"
+	"github.com/seriema-go/seriema/mcts"
 )
 
 // ScaleResult is one configuration of the scaling figure (the paper's
@@ -34,6 +35,7 @@ type ScaleResult struct {
 type scaleOpts struct {
 	configs              []string
 	board, visits, moves int
+	spread               int
 	reps                 int
 	mode, transport, png string
 	seed                 uint64
@@ -71,6 +73,7 @@ func scale(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.board, "board", 11, "board side")
 	fs.IntVar(&o.visits, "visits", 40000, "rollouts per move")
 	fs.IntVar(&o.moves, "moves", 4, "moves searched per run, from the empty board")
+	fs.IntVar(&o.spread, "spread", mcts.DefaultConfig().SpreadDepth, "mcts.Config.SpreadDepth of the distributed runs (0: the paper's uniform placement)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions per configuration (median reported; configurations interleaved)")
 	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
 	fs.StringVar(&o.transport, "transport", "shm", "shm or tcp")
@@ -128,7 +131,7 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 			}
 			args := []string{"demo", "-json", "-board", strconv.Itoa(o.board), "-visits", strconv.Itoa(o.visits),
 				"-moves", strconv.Itoa(o.moves), "-seed", strconv.FormatUint(o.seed, 10), "-mode", o.mode, "-transport", o.transport,
-				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads)}
+				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads), "-spread", strconv.Itoa(o.spread)}
 			if seq {
 				args = append(args, "-seq")
 			}
@@ -230,7 +233,7 @@ func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t× seqN\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.2f\t%.2f\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1, ratioOrDash(r.VsCeiling))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, ratioOrDash(r.VsSeq), ratioOrDash(r.Vs1x1), ratioOrDash(r.VsCeiling))
 	}
 	tw.Flush()
 }
