@@ -105,7 +105,14 @@
 //     (no provider promises placement order within one message,
 //     FI_ORDER_DATA), so that a reader polling that word sees the whole
 //     write; writes complete once delivered (FI_DELIVERY_COMPLETE).
-//   - Atomics stay with the target's engine: tcp;ofi_rxm has no FI_ATOMIC.
+//   - Atomics stay with the target's engine even where the provider has
+//     FI_ATOMIC (libfabric's shm does; tcp;ofi_rxm does not): this package
+//     promises that a remote FetchAdd and the target's own atomic adds on
+//     the same word never lose an update (TestCrossProcessAtomics), and
+//     NIC atomics are in general atomic only against other NIC atomics
+//     (verbs' IBV_ATOMIC_HCA). WriteImm stays a message too: it must find
+//     a posted receive before it writes anything (StatusReceiverNotReady
+//     otherwise), which an fi_writedata cannot check first.
 //
 // A peer without OneSided answers that it takes messages only, and writes
 // to it go as messages. Only tcp;ofi_rxm was exercised here (the whole
