@@ -1030,7 +1030,7 @@ func (q *tcpQP) fail(err error) {
 	switch {
 	case q.closed.Load():
 	case errors.Is(err, io.EOF):
-		q.prov.log.Info("peer closed its queue pair", "peer", q.peerRank)
+		q.prov.log.Debug("peer closed its queue pair", "peer", q.peerRank)
 	default:
 		q.prov.log.Warn("queue pair lost its connection", "peer", q.peerRank, "err", err)
 	}
