@@ -30,9 +30,6 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 	if err := f.deadErr(rank); err != nil {
 		return err
 	}
-	if f.ctx.Err() != nil {
-		return ErrClosed
-	}
 	n := callHeader + len(args) + len(tail)
 	if n > f.cfg.MaxMessage {
 		return fmt.Errorf("%w: %d bytes (header %d + arguments %d + buffer %d) > MaxMessage %d", ErrTooLarge, n, callHeader, len(args), len(tail), f.cfg.MaxMessage)
@@ -41,6 +38,14 @@ func (f *Fabric) send(rank int, h callHdr, args, tail []byte, pre *dtutils.WorkR
 	p := f.peers[rank]
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if f.ctx.Err() != nil {
+		// Checked under the lock: teardown cancels, then waits for
+		// senders holding it (fenceSenders), then unmaps the buffers.
+		return ErrClosed
+	}
+	if h := f.sendHook.Load(); h != nil {
+		(*h)()
+	}
 	if err := f.awaitCredit(p); err != nil {
 		return err
 	}

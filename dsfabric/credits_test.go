@@ -3,6 +3,7 @@ package dsfabric
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -211,5 +212,55 @@ func TestCloseWhileAwaitingReplies(t *testing.T) {
 			t.Errorf("rank %d: close: %v", f.Rank(), err)
 		}
 		wg.Wait()
+	})
+}
+
+// TestCloseFencesSenders: a call being posted when Close starts (past its
+// closed check, holding its peer's lock) finishes before Close unmaps the
+// send buffers it writes; without the fence the sender, released once
+// Close has cancelled, writes into unmapped memory and the process faults.
+func TestCloseFencesSenders(t *testing.T) {
+	var hEcho HandlerID
+	reg := func(h *Handlers) {
+		hEcho, _ = h.Register("echo", func(c *Call, a []byte) ([]byte, error) { return nil, nil })
+	}
+	job(t, 2, 1, "shm", reg, func(t *testing.T, f *Fabric) {
+		if f.Rank() != 0 {
+			return
+		}
+		me, _ := f.Names().Thread(0, 0)
+		other, _ := f.Names().Thread(1, 0)
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		hook := func() {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		f.sendHook.Store(&hook)
+		sent := make(chan error, 1)
+		go func() { sent <- f.Call(me, other, hEcho, make([]byte, 64), nil) }()
+		<-entered
+		closed := make(chan error, 1)
+		go func() { closed <- f.Close() }()
+		select {
+		case <-f.Done(): // teardown has begun
+		case <-time.After(40 * time.Second):
+			t.Fatal("Close did not begin its teardown")
+		}
+		time.Sleep(200 * time.Millisecond) // time to unmap, were nothing waiting
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) while a call was being posted", err)
+		default:
+		}
+		close(release)
+		if err := <-sent; err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrRankDead) {
+			t.Errorf("the call being posted: %v", err)
+		}
+		if err := <-closed; err != nil {
+			t.Errorf("close: %v", err)
+		}
 	})
 }

@@ -64,6 +64,7 @@ type Fabric struct {
 	barMu    sync.Mutex
 	barWait  map[uint32]chan struct{}
 	closing  atomic.Bool
+	sendHook atomic.Pointer[func()] // tests: runs in send, lock held, checks passed
 	closeErr error
 	once     sync.Once
 	ctx      context.Context
@@ -856,12 +857,39 @@ func (f *Fabric) Close() error {
 	return f.closeErr
 }
 
+// fenceSenders waits for callers of send already past its checks to leave
+// (they hold their peer's lock while they fill and post its send buffers,
+// which teardown unmaps); later ones see closing under the lock and return
+// ErrClosed. A sender stuck longer than senderFence (a post that never
+// completes) is not waited for.
+func (f *Fabric) fenceSenders() {
+	deadline := time.Now().Add(senderFence)
+	for _, p := range f.peers {
+		if p == nil {
+			continue
+		}
+		b := dtutils.Backoff{}
+		for !p.mu.TryLock() {
+			if time.Now().After(deadline) {
+				f.log.Warn("dsfabric: closing while a call to a peer is still being posted", "rank", p.rank)
+				return
+			}
+			b.Wait()
+		}
+		p.mu.Unlock()
+	}
+}
+
+// senderFence bounds how long Close waits for calls being posted.
+const senderFence = 2 * time.Second
+
 func (f *Fabric) teardown() error {
 	f.closing.Store(true)
 	f.cancel()
 	if f.proc != nil {
 		f.proc.WakeRecv() // workers and service threads asleep on it
 	}
+	f.fenceSenders()
 	f.wg.Wait()
 	for _, p := range f.provs {
 		p.Close()
