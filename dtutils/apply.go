@@ -130,6 +130,15 @@ func Publish(dst, src []byte) {
 	copy(dst, src)
 }
 
+// PublishWord stores w (native byte order) in dst's first 8 bytes the way
+// Publish stores its last word: atomically, with release semantics, after
+// every store before it. dst must be 8-byte aligned. Writers that build a
+// record in memory mapped from a peer (MapRemote) seal it with this.
+func PublishWord(dst []byte, w uint64) {
+	_ = dst[7]
+	storeRelease(unsafe.Pointer(&dst[0]), w)
+}
+
 // localTarget is a process applying operations to itself (loop peers, the
 // tcp engine).
 type localTarget struct{ p *Process }

@@ -51,6 +51,12 @@ type Config struct {
 	// MaxAsyncBytes bounds the calls RetryAsync keeps per thread; past it
 	// calls fail with ErrFull. Default 64 MiB.
 	MaxAsyncBytes int
+	// NoMapping writes every call through the Transmitter, as over tcp,
+	// also where the transport shares memory (shm, loop). By default a
+	// messenger to such a destination maps its current chunk
+	// (dtutils.MapRemote) and builds calls in place. For comparisons and
+	// tests of the Transmitter path.
+	NoMapping bool
 	// Logger receives protocol errors. Default slog.Default().
 	Logger *slog.Logger
 }

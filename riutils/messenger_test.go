@@ -84,10 +84,12 @@ func (s *sequence) handler(c *dsfabric.Call, args []byte) ([]byte, error) {
 // TestMessengerSequence (paper §4.4): calls with sequence numbers, 1 sender
 // → 1 receiver and 3 senders → 1 receiver, over shm and tcp, through a bare
 // Messenger (write) and an Aggregator in trad and ovfl modes: nothing lost,
-// duplicated or reordered per sender.
+// duplicated or reordered per sender. Over shm the messengers build calls
+// in the receiver's mapped chunks (checked), and once more through the
+// Transmitter (Config.NoMapping, "shm-tx").
 func TestMessengerSequence(t *testing.T) {
 	for _, mode := range []string{"write", "trad", "ovfl"} {
-		for _, tr := range testTransports {
+		for _, tr := range append(testTransports, "shm-tx") {
 			for _, senders := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s-%s-%dto1", mode, tr, senders), func(t *testing.T) { sequenceJob(t, mode, tr, senders) })
 			}
@@ -104,6 +106,10 @@ func sequenceJob(t *testing.T, mode, tr string, senders int) {
 	var h dsfabric.HandlerID
 	cfg := DefaultConfig()
 	cfg.ChunkSize = 64 << 10 // many rotations
+	if tr == "shm-tx" {
+		tr, cfg.NoMapping = "shm", true
+	}
+	mapped := tr == "shm" && !cfg.NoMapping
 	job(t, senders+1, 1, tr, cfg, func(hs *dsfabric.Handlers) {
 		h, _ = hs.Register("seq", seq.handler)
 	}, func(m *Messengers) error {
@@ -127,6 +133,9 @@ func sequenceJob(t *testing.T, mode, tr string, senders int) {
 				if err := call(0, h, args[:8+8*(i%3)]); err != nil {
 					return err
 				}
+			}
+			if s := m.out[0]; s == nil || (s.direct != nil) != mapped {
+				return fmt.Errorf("messenger to thread 0 builds calls in a mapped chunk: %v, want %v", s != nil && s.direct != nil, mapped)
 			}
 			return flush()
 		}

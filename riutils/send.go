@@ -28,6 +28,13 @@ type sender struct {
 	fb      *atomic.Uint64
 	fbLoc   alloc.Locator
 	grew    bool // chunks were inserted after cur: the rotation must say so
+	// Over shm and loop the current chunk is mapped here (MapRemote) and
+	// calls are built in place: a one-sided write there is a store into
+	// the destination's memory anyway, and building the record locally
+	// first cost an allocator handout, a copy and the Transmitter's checks
+	// per call. nil: write through tx.
+	direct []byte
+	rm     dtutils.RemoteMemory
 	// The memory and counters of whoever drives the sender: its thread, or
 	// the RetryAsync keeper while calls to dst are kept.
 	ring *alloc.LinearCircular
@@ -66,8 +73,23 @@ func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
 	}
 	s.chunks = locs
 	s.lastUse = make([]uint64, len(locs))
+	s.mapChunk()
 	m.out[dst] = s
 	return s, nil
+}
+
+// mapChunk maps the current chunk for building calls in place, where the
+// transport shares memory; elsewhere, or if mapping fails (the Transmitter
+// then reports why), calls go through tx.
+func (s *sender) mapChunk() {
+	s.direct, s.rm = nil, dtutils.RemoteMemory{}
+	qp := s.tx.QueuePair()
+	if s.m.p.cfg.NoMapping || !dtutils.CanMapRemote(qp) {
+		return
+	}
+	if rm, err := dtutils.MapRemote(qp, s.chunks[s.cur]); err == nil {
+		s.rm, s.direct = rm, rm.Bytes()
+	}
 }
 
 // allocate asks the destination's process for k chunks (a service call: the
@@ -166,10 +188,21 @@ func (m *Messengers) checkSize(n int) error {
 // callTo is call once the sender is known; the size was checked.
 func (m *Messengers) callTo(s *sender, h dsfabric.HandlerID, args, buf []byte, policy Policy) (bool, error) {
 	n := len(args) + len(buf)
-	if ok, err := s.reserve(recordSize(n), policy); !ok || err != nil {
+	size := recordSize(n)
+	if ok, err := s.reserve(size, policy); !ok || err != nil {
 		return ok, err
 	}
-	mem, err := m.alloc(s.tx, recordSize(n))
+	if s.direct != nil {
+		if err := s.rm.Err(); err != nil {
+			return false, s.failed(err)
+		}
+		b := s.direct[s.pos : s.pos+size : s.pos+size]
+		sealRecord(b, h, m.self, len(args), copyBody(b, args, buf))
+		s.pos += size
+		s.st.Calls++
+		return true, nil
+	}
+	mem, err := m.alloc(s.tx, size)
 	if err != nil {
 		return false, err
 	}
@@ -253,6 +286,7 @@ func (s *sender) rotate(policy Policy) error {
 	s.lastUse[s.cur] = s.seq
 	s.seq++
 	s.cur, s.pos = next, recordsStart
+	s.mapChunk()
 	s.st.Rotations++
 	return nil
 }

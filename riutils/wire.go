@@ -9,6 +9,7 @@ import (
 
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
 )
 
 // Every byte format of package riutils that crosses a process boundary is
@@ -105,7 +106,18 @@ func sealRecord(b []byte, h dsfabric.HandlerID, src dsfabric.ThreadID, nargs, n 
 	binary.LittleEndian.PutUint64(b[0:], h0)
 	binary.LittleEndian.PutUint64(b[8:], h1)
 	clear(b[recordHeader+n : len(b)-recordSeal])
-	binary.LittleEndian.PutUint64(b[len(b)-recordSeal:], sealOf(h0, h1))
+	// Stored last with release semantics: b may be the destination's own
+	// memory (a mapped chunk), whose receiver polls this word. A plain
+	// store on amd64; little-endian there, as the wire wants.
+	dtutils.PublishWord(b[len(b)-recordSeal:], littleEndianWord(sealOf(h0, h1)))
+}
+
+// littleEndianWord returns the native-order word whose bytes in memory are
+// w's little-endian encoding.
+func littleEndianWord(w uint64) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], w)
+	return *(*uint64)(unsafe.Pointer(&b[0]))
 }
 
 // record is a parsed record.
