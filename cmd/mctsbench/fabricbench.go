@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -40,8 +41,15 @@ type runStats struct {
 }
 
 // record is the benchmark's handler body: read every payload byte, count.
+// Eight bytes at a time: a byte loop was 55 % of the receiver's profile at
+// 256 B (write mode), the handler's arithmetic rather than the messaging
+// measured (raw's reader checks two words of each record).
 func (s *runStats) record(args []byte) {
 	var x uint64
+	for len(args) >= 8 {
+		x += binary.LittleEndian.Uint64(args)
+		args = args[8:]
+	}
 	for _, b := range args {
 		x += uint64(b)
 	}
