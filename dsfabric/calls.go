@@ -407,15 +407,19 @@ func (f *Fabric) run(h callHdr, args, buf []byte, self ThreadID, c *Call) {
 	if h.kind == kindBroadcast {
 		src = int(h.dst)
 	}
-	fn, ok := f.handlers.lookup(h.handler)
-	if !ok {
-		if h.flags&(flagReply|flagNotify) == 0 {
-			f.unknown.Add(1)
+	fn := c.lastFn
+	if fn == nil || c.lastID != h.handler {
+		var ok bool
+		if fn, ok = f.handlers.lookup(h.handler); !ok {
+			if h.flags&(flagReply|flagNotify) == 0 {
+				f.unknown.Add(1)
+			}
+			f.refuse(h, src, fmt.Sprintf("%v %#08x", ErrUnknownHandler, uint32(h.handler)))
+			return
 		}
-		f.refuse(h, src, fmt.Sprintf("%v %#08x", ErrUnknownHandler, uint32(h.handler)))
-		return
+		c.lastID, c.lastFn = h.handler, fn
 	}
-	*c = Call{Fabric: f, Src: ThreadID(h.src), Dst: self, Buffer: buf}
+	c.Fabric, c.Src, c.Dst, c.Buffer = f, ThreadID(h.src), self, buf
 	out, err := fn(c, args)
 	c.Buffer = nil
 	if h.flags&flagReply != 0 {
