@@ -588,7 +588,7 @@ func (w *worker) backprop(a *action) {
 		n.mu.Unlock()
 		return
 	}
-	n.addWins(int(slot), wins)
+	n.addWins(int(slot), wins, cnt)
 	if n.root {
 		n.mu.Unlock()
 		if p := w.d.phase.Load(); p != nil && p.epoch == e {

@@ -14,12 +14,13 @@ type ref struct {
 }
 
 // slot is what a node knows of one child: the move, the playouts through it
-// (visits, counted when a rollout selects it: the virtual loss) and the
-// playouts won by the player to move at the node (counted on
-// backpropagation), and where the child lives once it exists.
+// (visits, counted when a rollout selects it), the playouts whose results
+// came back (done: visits minus those under way) and how many of those the
+// player to move at the node won, and where the child lives once it exists.
 type slot struct {
 	move     Move
 	visits   uint32
+	done     uint32
 	wins     uint32
 	child    ref
 	created  bool
@@ -27,18 +28,32 @@ type slot struct {
 	// UCB terms kept up to date by refresh, so that selection over many
 	// children costs a multiply-add each rather than a division and a
 	// square root.
-	q, inv float64 // wins/visits, 1/sqrt(visits)
+	q, inv float64 // value (wins/done), 1/sqrt(visits)
 }
 
-// refresh recomputes the slot's UCB terms after visits or wins changed.
+// pendingValue is a slot's value while none of its results are back.
+const pendingValue = 0.5
+
+// refresh recomputes the slot's UCB terms after visits, done or wins
+// changed. Rollouts under way count in the exploration term only (as
+// visits), not as losses: with the classic virtual loss a child whose
+// process answered late looked lost for as long as it did, and a search
+// over a busy machine starved the immediate win (its first results came
+// back 200 rollouts late, by when a slower win had taken the visits).
+// The sequential search has nothing under way at selection: done is
+// visits there, and the formula the classic one.
 func (s *slot) refresh() {
-	v := float64(s.visits)
-	s.q, s.inv = float64(s.wins)/v, 1/math.Sqrt(v)
+	s.inv = 1 / math.Sqrt(float64(s.visits))
+	s.q = pendingValue
+	if s.done > 0 {
+		s.q = float64(s.wins) / float64(s.done)
+	}
 }
 
-// addWins adds backpropagated wins to slot i.
-func (n *node) addWins(i int, wins uint32) {
+// addWins adds backpropagated results to slot i: wins of playouts.
+func (n *node) addWins(i int, wins, playouts uint32) {
 	n.slots[i].wins += wins
+	n.slots[i].done += playouts
 	n.slots[i].refresh()
 }
 
@@ -51,6 +66,7 @@ type node struct {
 	parentSlot uint32
 	root       bool
 	epoch      uint32 // distributed: the phase the node belongs to
+	stolen     bool   // distributed: a leaf another process gave to evaluate (no arena, no children)
 	depth      uint32 // distributed: moves below the root
 	winner     int
 	toMove     int

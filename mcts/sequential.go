@@ -71,7 +71,7 @@ func Sequential(ctx context.Context, root State, cfg Config) (Result, error) {
 			break
 		}
 		for k := len(path) - 1; k >= 0; k-- {
-			path[k].n.addWins(path[k].slot, wins)
+			path[k].n.addWins(path[k].slot, wins, playouts)
 			wins = playouts - wins
 		}
 	}
