@@ -49,6 +49,16 @@ type Config struct {
 	// them. Measured on 2×1 (docs/benchmarks.md, Fig. 3 notes): calls
 	// between processes halved, simulations/ms 1.13×. Default 2.
 	SpreadDepth int
+	// NoSteal turns off work stealing between processes. By default a
+	// worker thread with nothing to do during a search asks a thread of
+	// another process for leaves to evaluate, and gets half of that
+	// process's queued leaves with their states; it sends their results to
+	// their parents as the owner would. Only the root's process starts
+	// rollouts, and a process whose share of the tree has no leaf waiting
+	// otherwise sits idle (2×1 on two cores: the second rank waited 15–30 %
+	// of a search; stealing raised 2×1 / 1×1 from 1.50 to 1.67, median of
+	// eight interleaved pairs).
+	NoSteal bool
 	// InFlight bounds the rollouts under way at once in a phase (started,
 	// not yet backpropagated to the root): more keeps more threads busy,
 	// fewer keeps the search closer to sequential. Default 8 per worker

@@ -7,7 +7,9 @@
 // # Policy (both searches)
 //
 // A rollout descends from the root by UCB — a child's score is
-// wins/visits + C·sqrt(ln(parent visits)/visits) — until it reaches a node
+// wins/done + C·sqrt(ln(parent visits)/visits), done being the playouts
+// whose results came back and visits those plus the ones under way (the
+// same number in the sequential search) — until it reaches a node
 // with untried moves, expands one of them at random, evaluates the new leaf
 // with Config.Playouts random playouts (16, as in the paper; a won position
 // needs none) and backpropagates the result. A phase runs Config.Budget
@@ -48,11 +50,17 @@
 // (created). Rollouts that select a child whose notice is still on its way
 // wait in the parent (deferred selection) and continue when it arrives.
 // Every new leaf is queued for evaluation at a random worker thread of its
-// owner's process (threads with empty queues take from their neighbours');
-// its result climbs the tree by calls (backprop), and each node combines
-// the results that reach it in one round of its owner's loop into one call
-// to its parent. Virtual loss: selection charges a child its playouts at
-// once, wins arrive later, so concurrent rollouts spread out.
+// owner's process (threads with empty queues take from their neighbours';
+// a thread with nothing to do during a search asks a thread of another
+// process for half of its process's queued leaves, steal/eval/gave, unless
+// Config.NoSteal); its result climbs the tree by calls (backprop) to its
+// parent's owner, and each node combines the results that reach it in one
+// round of its owner's loop into one call to its parent. Virtual visits:
+// selection charges a child its playouts at once and its results arrive
+// later, so concurrent rollouts spread out; they do not count as losses
+// (a child on a process that answers late would look lost and be starved).
+// Threads idle between searches sleep on their process's doorbell, which a
+// send-based wake call from rank 0 rings when a phase begins.
 //
 // Every call carries the phase's epoch: calls left over from an earlier move
 // are dropped, and a thread's nodes are discarded when it first sees a newer
@@ -67,6 +75,7 @@
 //
 // Result.Rollouts always equals the budget (every rollout comes back to the
 // root), Result.Simulations is Rollouts × Playouts, and Stats gives each
-// thread's playouts, evaluated leaves, created nodes, started rollouts,
-// received calls and the time it spent in playouts and waiting.
+// thread's playouts, evaluated leaves (and how many of them it stole),
+// created nodes, started rollouts, received calls and the time it spent in
+// playouts and waiting.
 package mcts

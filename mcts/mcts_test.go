@@ -70,7 +70,7 @@ func tactics(t *testing.T, search searcher) {
 		s := hexPosition(t, 4, []string{"a1", "a2", "a3"}, []string{"d1", "d2", "d3"}, 0)
 		r := search(t, s, cfg)
 		if r.MoveName != "a4" {
-			t.Errorf("played %s, want the winning a4", r.MoveName)
+			t.Errorf("played %s, want the winning a4: %+v", r.MoveName, r.Children)
 		}
 		checkAccounting(t, r, cfg)
 	})
@@ -250,28 +250,32 @@ func distributedSearch(d *mcts.Distributed) searcher {
 // TestDistributed (paper §5.3): the distributed search, in 1×2, 2×1 and
 // 2×2 configurations, in trad and ovfl modes, with the local shortcut off
 // and with the paper's uniform placement (SpreadDepth 0) as well as the
-// default, plays the tactics right, loses no backpropagation, keeps visit
-// counts consistent, places deep nodes in their parent's process, and
-// shares the work among all threads.
+// default, with and without work stealing between processes, plays the
+// tactics right, loses no backpropagation, keeps visit counts consistent,
+// places deep nodes in their parent's process, and shares the work among
+// all threads; with several processes and stealing on, some leaves are
+// evaluated by a process that does not own them (none with it off).
 func TestDistributed(t *testing.T) {
 	cases := []struct {
 		procs, threads int
 		mode           riutils.Mode
 		noShortcut     bool
 		spread         int
+		noSteal        bool
 	}{
-		{1, 2, riutils.Trad, false, 2},
-		{1, 2, riutils.Ovfl, true, 2},
-		{2, 1, riutils.Trad, false, 2},
-		{2, 1, riutils.Trad, false, 0},
-		{2, 1, riutils.Ovfl, false, 1},
-		{2, 2, riutils.Trad, true, 2},
+		{1, 2, riutils.Trad, false, 2, false},
+		{1, 2, riutils.Ovfl, true, 2, false},
+		{2, 1, riutils.Trad, false, 2, false},
+		{2, 1, riutils.Trad, false, 2, true},
+		{2, 1, riutils.Trad, false, 0, false},
+		{2, 1, riutils.Ovfl, false, 1, false},
+		{2, 2, riutils.Trad, true, 2, false},
 	}
 	for _, c := range cases {
-		name := fmt.Sprintf("%dx%d-%s-shortcut=%v-spread=%d", c.procs, c.threads, c.mode, !c.noShortcut, c.spread)
+		name := fmt.Sprintf("%dx%d-%s-shortcut=%v-spread=%d-steal=%v", c.procs, c.threads, c.mode, !c.noShortcut, c.spread, !c.noSteal)
 		t.Run(name, func(t *testing.T) {
 			cfg := mcts.DefaultConfig()
-			cfg.Budget, cfg.Seed, cfg.Mode, cfg.NoShortcut, cfg.SpreadDepth = 3000, 11, c.mode, c.noShortcut, c.spread
+			cfg.Budget, cfg.Seed, cfg.Mode, cfg.NoShortcut, cfg.SpreadDepth, cfg.NoSteal = 3000, 11, c.mode, c.noShortcut, c.spread, c.noSteal
 			stats := distributedJob(t, c.procs, c.threads, cfg, func(d *mcts.Distributed) {
 				tactics(t, distributedSearch(d))
 			})
@@ -281,6 +285,7 @@ func TestDistributed(t *testing.T) {
 			if len(stats) != c.procs*c.threads {
 				t.Fatalf("%d thread statistics, want %d", len(stats), c.procs*c.threads)
 			}
+			var stolen uint64
 			for _, s := range stats {
 				if s.Leaves == 0 || s.Nodes == 0 {
 					t.Errorf("thread %d did no work: %+v", s.Thread, s)
@@ -288,6 +293,15 @@ func TestDistributed(t *testing.T) {
 				if c.noShortcut && s.Calls == 0 {
 					t.Errorf("thread %d received no calls without the shortcut", s.Thread)
 				}
+				stolen += s.Stolen
+			}
+			// Thousands of leaves over several searches: an idle moment of
+			// one process while the other has two queued is all it takes.
+			switch steals := c.procs > 1 && !c.noSteal; {
+			case steals && stolen == 0:
+				t.Error("no leaf was stolen between processes")
+			case !steals && stolen != 0:
+				t.Errorf("%d leaves stolen with stealing off or one process", stolen)
 			}
 		})
 	}

@@ -15,6 +15,11 @@ import (
 //	                                             + buffer: the child's state
 //	created   epoch, parent, slot, child owner, child
 //	backprop  epoch, node, slot, wins, playouts, rollouts
+//	steal     epoch, thief                       an idle thread asks for leaves
+//	eval      epoch, parent owner, parent, slot  + buffer: a leaf's state,
+//	                                             to evaluate for its owner
+//	gave      epoch, count                       the answer to steal: count
+//	                                             evals came before it
 //	stop      epoch
 //	stats     epoch, thread, then uint64 words: playouts, leaves, nodes,
 //	          rollouts, calls received
@@ -28,12 +33,15 @@ const (
 	kindBackprop
 	kindStop
 	kindStats
+	kindSteal
+	kindEval
+	kindGave
 	numKinds
 )
 
-var kindWords = [numKinds]int{kindDescend: 3, kindCreate: 5, kindCreated: 5, kindBackprop: 6, kindStop: 1, kindStats: 2 + 2*numStats}
+var kindWords = [numKinds]int{kindDescend: 3, kindCreate: 5, kindCreated: 5, kindBackprop: 6, kindStop: 1, kindStats: 2 + 2*numStats, kindSteal: 2, kindEval: 4, kindGave: 2}
 
-var kindNames = [numKinds]string{"descend", "create", "created", "backprop", "stop", "stats"}
+var kindNames = [numKinds]string{"descend", "create", "created", "backprop", "stop", "stats", "steal", "eval", "gave"}
 
 // action is one decoded call, or one operation a thread does locally.
 type action struct {
@@ -84,6 +92,28 @@ func backpropCall(epoch, node, slot, wins, playouts, rollouts uint32) action {
 func (a *action) backprop() (node, slot, wins, playouts, rollouts uint32) {
 	return a.w[1], a.w[2], a.w[3], a.w[4], a.w[5]
 }
+
+func stealCall(epoch, thief uint32) action {
+	return action{kind: kindSteal, w: [6]uint32{epoch, thief}}
+}
+
+// steal: thief has nothing to do and asks for leaves to evaluate.
+func (a *action) steal() (thief uint32) { return a.w[1] }
+
+func evalCall(epoch uint32, parent ref, slot uint32, state State) action {
+	return action{kind: kindEval, w: [6]uint32{epoch, parent.owner, parent.idx, slot}, state: state}
+}
+
+// eval: evaluate the leaf with the state the call carries, child of
+// parent's slot, and backpropagate to parent as its owner would.
+func (a *action) eval() (parent ref, slot uint32) { return ref{a.w[1], a.w[2]}, a.w[3] }
+
+func gaveCall(epoch, count uint32) action {
+	return action{kind: kindGave, w: [6]uint32{epoch, count}}
+}
+
+// gave: the answer to a steal, after the count evals it sent.
+func (a *action) gave() (count uint32) { return a.w[1] }
 
 func stopCall(epoch uint32) action { return action{kind: kindStop, w: [6]uint32{epoch}} }
 

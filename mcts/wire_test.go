@@ -8,7 +8,7 @@ import (
 
 func TestWireRoundTrip(t *testing.T) {
 	for k := uint8(0); k < numKinds; k++ {
-		a := action{kind: k, w: [6]uint32{7, 1, 2, 3, 4, 5}, stats: [numStats]uint64{9, 8, 7, 6, 5, 4, 3}}
+		a := action{kind: k, w: [6]uint32{7, 1, 2, 3, 4, 5}, stats: [numStats]uint64{9, 8, 7, 6, 5, 4, 3, 2}}
 		b := a.encode(nil)
 		if len(b) != 4*kindWords[k] {
 			t.Fatalf("%s: %d bytes, want %d", kindNames[k], len(b), 4*kindWords[k])
@@ -36,6 +36,10 @@ func FuzzDecodeCall(f *testing.F) {
 	f.Add(uint8(kindStats), (&action{kind: kindStats}).encode(nil))
 	create := createCall(3, ref{owner: 1, idx: 9}, 4, 2, nil)
 	f.Add(uint8(kindCreate), create.encode(nil))
+	steal, eval, gave := stealCall(3, 5), evalCall(3, ref{owner: 0, idx: 7}, 2, nil), gaveCall(3, 1)
+	f.Add(uint8(kindSteal), steal.encode(nil))
+	f.Add(uint8(kindEval), eval.encode(nil))
+	f.Add(uint8(kindGave), gave.encode(nil))
 	f.Fuzz(func(t *testing.T, kind uint8, args []byte) {
 		a, err := decode(kind, args)
 		if err != nil {

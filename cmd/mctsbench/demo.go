@@ -50,6 +50,9 @@ type ThreadWork struct {
 	Nodes    uint64 `json:"nodes"`
 	Rollouts uint64 `json:"rollouts"`
 	Calls    uint64 `json:"calls"`
+	// Stolen is how many of Leaves the thread evaluated for another
+	// process (work stealing).
+	Stolen uint64 `json:"stolen"`
 	// Shares of the search time spent in playouts and idle.
 	SimulateShare float64 `json:"simulate_share"`
 	IdleShare     float64 `json:"idle_share"`
@@ -61,7 +64,7 @@ type demoOpts struct {
 	mode, transport, game, heaps                   string
 	c                                              float64
 	seed                                           uint64
-	seq, noShortcut, asJSON, quiet                 bool
+	seq, noShortcut, noSteal, asJSON, quiet        bool
 	cpuProfile                                     string
 	moveTime                                       time.Duration
 }
@@ -92,12 +95,13 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.IntVar(&o.spread, "spread", mcts.DefaultConfig().SpreadDepth, "nodes this many moves below the root go to any thread of the job, deeper ones stay in their parent's process (0: every node anywhere, the paper's placement)")
 	fs.IntVar(&o.chunk, "chunk", 0, "bytes of each chunk of a receiver's memory for one-sided calls (0: riutils' default, 2 MiB)")
 	fs.BoolVar(&o.noShortcut, "no-shortcut", false, "send every node operation as a call, even within a process")
+	fs.BoolVar(&o.noSteal, "no-steal", false, "no work stealing between processes (mcts.Config.NoSteal)")
 }
 
 func (o demoOpts) searchConfig() (mcts.Config, error) {
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Playouts, cfg.C, cfg.Seed, cfg.NoShortcut, cfg.InFlight = o.visits, o.playouts, o.c, o.seed, o.noShortcut, o.inFlight
-	cfg.MoveTime, cfg.SpreadDepth = o.moveTime, o.spread
+	cfg.MoveTime, cfg.SpreadDepth, cfg.NoSteal = o.moveTime, o.spread, o.noSteal
 	if o.chunk != 0 {
 		cfg.Messaging = riutils.DefaultConfig()
 		cfg.Messaging.ChunkSize = o.chunk
@@ -198,7 +202,7 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 		names := d.Fabric().Names()
 		var out []ThreadWork
 		for _, s := range stats {
-			out = append(out, ThreadWork{Thread: int(s.Thread), Rank: names.Rank(s.Thread), Playouts: s.Playouts, Leaves: s.Leaves, Nodes: s.Nodes, Rollouts: s.Rollouts, Calls: s.Calls,
+			out = append(out, ThreadWork{Thread: int(s.Thread), Rank: names.Rank(s.Thread), Playouts: s.Playouts, Leaves: s.Leaves, Nodes: s.Nodes, Rollouts: s.Rollouts, Calls: s.Calls, Stolen: s.Stolen,
 				SimulateShare: float64(s.SimulateNs) / float64(*searchNs), IdleShare: float64(s.IdleNs) / float64(*searchNs)})
 		}
 		return out, err
@@ -404,9 +408,9 @@ func printSummary(w io.Writer, s *DemoSummary) {
 	fmt.Fprintf(w, "  simulations/ms   %.1f (global)\n", s.SimulationsPerMs)
 	fmt.Fprintf(w, "  moves            %s\n\n", strings.Join(s.Moves, " "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "thread\trank\tplayouts\tleaves\tnodes\trollouts started\tcalls received\tplayout time\tidle time\t")
+	fmt.Fprintln(tw, "thread\trank\tplayouts\tleaves\tstolen\tnodes\trollouts started\tcalls received\tplayout time\tidle time\t")
 	for _, t := range s.Threads {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f%%\t%.0f%%\t\n", t.Thread, t.Rank, t.Playouts, t.Leaves, t.Nodes, t.Rollouts, t.Calls, 100*t.SimulateShare, 100*t.IdleShare)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f%%\t%.0f%%\t\n", t.Thread, t.Rank, t.Playouts, t.Leaves, t.Stolen, t.Nodes, t.Rollouts, t.Calls, 100*t.SimulateShare, 100*t.IdleShare)
 	}
 	tw.Flush()
 }

@@ -36,6 +36,7 @@ type scaleOpts struct {
 	configs              []string
 	board, visits, moves int
 	spread               int
+	noSteal              bool
 	reps                 int
 	mode, transport, png string
 	seed                 uint64
@@ -74,6 +75,7 @@ func scale(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.visits, "visits", 40000, "rollouts per move")
 	fs.IntVar(&o.moves, "moves", 4, "moves searched per run, from the empty board")
 	fs.IntVar(&o.spread, "spread", mcts.DefaultConfig().SpreadDepth, "mcts.Config.SpreadDepth of the distributed runs (0: the paper's uniform placement)")
+	fs.BoolVar(&o.noSteal, "no-steal", false, "no work stealing between processes in the distributed runs (mcts.Config.NoSteal)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions per configuration (median reported; configurations interleaved)")
 	fs.StringVar(&o.mode, "mode", "trad", "aggregation: trad or ovfl")
 	fs.StringVar(&o.transport, "transport", "shm", "shm or tcp")
@@ -132,6 +134,9 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 			args := []string{"demo", "-json", "-board", strconv.Itoa(o.board), "-visits", strconv.Itoa(o.visits),
 				"-moves", strconv.Itoa(o.moves), "-seed", strconv.FormatUint(o.seed, 10), "-mode", o.mode, "-transport", o.transport,
 				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads), "-spread", strconv.Itoa(o.spread)}
+			if o.noSteal {
+				args = append(args, "-no-steal")
+			}
 			if seq {
 				args = append(args, "-seq")
 			}
