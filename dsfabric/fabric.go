@@ -859,8 +859,8 @@ func (f *Fabric) Close() error {
 
 // fenceSenders waits for callers of send already past its checks to leave
 // (they hold their peer's lock while they fill and post its send buffers,
-// which teardown unmaps); later ones see closing under the lock and return
-// ErrClosed. A sender stuck longer than senderFence (a post that never
+// which teardown unmaps); later ones find the context cancelled under the
+// lock and return ErrClosed. A sender stuck longer than senderFence (a post that never
 // completes) is not waited for.
 func (f *Fabric) fenceSenders() {
 	deadline := time.Now().Add(senderFence)

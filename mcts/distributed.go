@@ -388,9 +388,9 @@ func (d *Distributed) run(fw *dsfabric.Worker, m *riutils.Messengers) {
 				// Asleep between searches: on the process's doorbell, which
 				// the next phase's wake call rings (wakeJob), so that the
 				// search does not start with this thread out for a timer
-				// sleep (a millisecond here: the root's process then ran
-				// 200 rollouts alone, and the children placed here got
-				// none of them back in time to be chosen).
+				// sleep (a millisecond here: in one traced search the
+				// root's process ran 200 rollouts before its first create
+				// reached a sleeping rank 1).
 				d.f.Process().AwaitRecv(context.Background(), 0, time.Millisecond, nil)
 			}
 			continue
@@ -698,8 +698,8 @@ func (w *worker) askForLeaves() {
 }
 
 // stealPause is how long a thread whose steal got nothing waits before it
-// asks again: asking at once kept a stream of empty steals and answers
-// going while both processes were short of work.
+// asks again, so that two processes both short of work do not keep a
+// stream of empty steals and answers going.
 const stealPause = 50 * time.Microsecond
 
 // giveLeaves answers a steal: half of the leaves this process has queued
@@ -711,8 +711,9 @@ const stealPause = 50 * time.Microsecond
 func (w *worker) giveLeaves(a *action) bool {
 	d := w.d
 	thief := dsfabric.ThreadID(a.steal())
-	if d.local(thief) != nil {
-		return false // a thread of this process does not ask here
+	if int(thief) >= d.all || d.local(thief) != nil {
+		d.log.Warn("mcts: a steal names no thread of another process", "thief", thief)
+		return false
 	}
 	queued := 0
 	for _, o := range d.workers {
@@ -747,6 +748,10 @@ func (w *worker) giveLeaves(a *action) bool {
 // here; its results go straight to its parent.
 func (w *worker) takeLeaf(a *action) {
 	parent, slot := a.eval()
+	if int(parent.owner) >= w.d.all {
+		w.d.log.Warn("mcts: an eval names no thread", "owner", parent.owner)
+		return
+	}
 	n := &node{state: a.state, parent: parent, parentSlot: slot, winner: a.state.Winner(), toMove: a.state.ToMove(), stolen: true}
 	w.stats.Stolen++
 	w.simMu.Lock()
