@@ -56,8 +56,8 @@ type Config struct {
 	// their parents as the owner would. Only the root's process starts
 	// rollouts, and a process whose share of the tree has no leaf waiting
 	// otherwise sits idle (2×1 on two cores: the second rank waited 15–30 %
-	// of a search; stealing raised 2×1 / 1×1 from 1.50 to 1.67, median of
-	// eight interleaved pairs).
+	// of a search; stealing raised 2×1 / 1×1 from 1.535 to 1.635, medians
+	// of twelve interleaved rounds, docs/benchmarks.md Fig. 3 notes).
 	NoSteal bool
 	// InFlight bounds the rollouts under way at once in a phase (started,
 	// not yet backpropagated to the root): more keeps more threads busy,
