@@ -601,10 +601,13 @@ func (s *Sender) depleteLocked(ctx context.Context) error {
 		s.retire()
 		pending := false
 		for _, c := range s.conns {
+			if len(c.held) == 0 {
+				continue // all consumed: a connection lost since loses nothing
+			}
 			if err := c.failed(); err != nil {
 				return err
 			}
-			pending = pending || len(c.held) > 0
+			pending = true
 		}
 		if !pending {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
@@ -22,6 +23,7 @@ type Wiring struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	in   map[int][]wireMsg // by sending rank
+	sets int               // connection sets made (Connect, Mesh): the next one's number
 }
 
 // NewWiring registers the wiring's handler in h.
@@ -55,15 +57,21 @@ type Endpoints struct {
 	Receivers []*Receiver
 	provs     []dtutils.Provider
 	procs     []*dtutils.Process // SR: the endpoints' own processes
+	set       *connSet           // Connect's connections, once wired
 }
 
 // Close closes the receivers (waiting for their last credits to land),
-// then the providers and processes Connect made; finish every Sender
-// first (Sender.Close, or its Shuffles).
+// then, once every peer process has closed its endpoints of this set too
+// (or died), the providers and processes Connect made; finish every
+// Sender first (Sender.Close, or its Shuffles). ctx bounds the wait for
+// the peers.
 func (e *Endpoints) Close(ctx context.Context) error {
 	var errs []error
 	for _, r := range e.Receivers {
 		errs = append(errs, r.Close(ctx))
+	}
+	if e.set != nil {
+		errs = append(errs, e.set.closing(ctx))
 	}
 	for _, p := range e.provs {
 		errs = append(errs, p.Close())
@@ -76,6 +84,11 @@ func (e *Endpoints) Close(ctx context.Context) error {
 
 // receive waits for the next message of round from rank.
 func (w *Wiring) receive(ctx context.Context, rank, round int) (wireMsg, error) {
+	return w.receiveMatch(ctx, rank, func(m wireMsg) bool { return m.Round == round })
+}
+
+// receiveMatch waits for the next message from rank that match accepts.
+func (w *Wiring) receiveMatch(ctx context.Context, rank int, match func(wireMsg) bool) (wireMsg, error) {
 	stop := context.AfterFunc(ctx, func() {
 		w.mu.Lock()
 		w.cond.Broadcast()
@@ -86,7 +99,7 @@ func (w *Wiring) receive(ctx context.Context, rank, round int) (wireMsg, error) 
 	defer w.mu.Unlock()
 	for {
 		for i, m := range w.in[rank] {
-			if m.Round == round {
+			if match(m) {
 				w.in[rank] = append(w.in[rank][:i], w.in[rank][i+1:]...)
 				return m, nil
 			}
@@ -120,6 +133,10 @@ func (w *Wiring) connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 	fail := func(err error) (*Endpoints, error) {
 		out.Close(ctx)
 		return nil, err
+	}
+	var set *connSet
+	if mesh == nil {
+		set = w.newSet(f) // numbered alike in every process: Connect's calls come in one order
 	}
 	// The endpoints' processes: the fabric's, or for SR one each (an SR
 	// endpoint takes its process's shared receive queue for itself).
@@ -277,7 +294,60 @@ func (w *Wiring) connect(ctx context.Context, f *dsfabric.Fabric, cfg Config, en
 			}
 		}
 	}
+	out.set = set
 	return out, nil
+}
+
+// connSet is a set of connections between the job's processes that
+// closes together (a Connect's, a Mesh's): set numbers it among its
+// wiring's.
+type connSet struct {
+	w   *Wiring
+	f   *dsfabric.Fabric
+	set int
+}
+
+func (w *Wiring) newSet(f *dsfabric.Fabric) *connSet {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sets++
+	return &connSet{w: w, f: f, set: w.sets}
+}
+
+// closingPoll is how often closing looks whether a peer it waits for died.
+const closingPoll = 20 * time.Millisecond
+
+// closing is the close handshake: it tells every peer process that this
+// process's endpoints on the set are closed, then waits until each has
+// said the same or died. Closing a connection on which the peer still
+// posts (a probe, a last credit, the answer to one) fails the peer's
+// operation: over tcp a rank that finished its stage first made the other
+// fail with ErrPeerLost (TestShuffleSmoke, 1 run in about 30 under load).
+func (c *connSet) closing(ctx context.Context) error {
+	f := c.f
+	p, r := f.Size(), f.Rank()
+	b, _ := json.Marshal(wireMsg{Round: 4, Endpoints: 1, Set: c.set})
+	src := dsfabric.ThreadID(r * f.Names().ThreadsPerProcess)
+	told := make([]bool, p)
+	for q := 0; q < p; q++ {
+		// A peer that cannot be told has died: nothing to wait for.
+		told[q] = q != r && f.CallService(src, q, c.w.id, b, nil) == nil
+	}
+	mine := func(m wireMsg) bool { return m.Round == 4 && m.Set == c.set }
+	for q := 0; q < p; q++ {
+		for told[q] {
+			wctx, cancel := context.WithTimeout(ctx, closingPoll)
+			_, err := c.w.receiveMatch(wctx, q, mine)
+			cancel()
+			switch _, dead := f.DeadRanks()[q]; {
+			case err == nil || dead:
+				told[q] = false
+			case ctx.Err() != nil:
+				return fmt.Errorf("shuffle: waiting for process %d to close its endpoints: %w", q, ctx.Err())
+			}
+		}
+	}
+	return nil
 }
 
 // wireSelf connects this process's senders to its own receivers (loop),
@@ -313,6 +383,7 @@ type Mesh struct {
 	f          *dsfabric.Fabric
 	send, recv []dtutils.QueuePair // by peer: the ends our senders and receivers attach to (Share)
 	provs      []dtutils.Provider
+	set        *connSet // once wired
 }
 
 // Mesh connects this process to every other with one queue pair (over the
@@ -321,9 +392,10 @@ func (w *Wiring) Mesh(ctx context.Context, f *dsfabric.Fabric) (*Mesh, error) {
 	p, r := f.Size(), f.Rank()
 	m := &Mesh{w: w, f: f, send: make([]dtutils.QueuePair, p), recv: make([]dtutils.QueuePair, p)}
 	fail := func(err error) (*Mesh, error) {
-		m.Close()
+		m.Close(ctx)
 		return nil, err
 	}
+	set := w.newSet(f)
 	provs := newProviders(f, &m.provs)
 	qps := make([]dtutils.QueuePair, p)
 	for q := 0; q < p; q++ {
@@ -368,6 +440,7 @@ func (w *Wiring) Mesh(ctx context.Context, f *dsfabric.Fabric) (*Mesh, error) {
 			m.recv[q] = m.send[q]
 		}
 	}
+	m.set = set
 	return m, nil
 }
 
@@ -381,10 +454,14 @@ func (m *Mesh) Stage(ctx context.Context, cfg Config, endpoints, users int) (*En
 	return m.w.connect(ctx, m.f, cfg, endpoints, users, m)
 }
 
-// Close closes the mesh's connections; close every stage's Endpoints
-// first.
-func (m *Mesh) Close() error {
+// Close closes the mesh's connections once every peer process has closed
+// its mesh too (or died); close every stage's Endpoints first. ctx bounds
+// the wait for the peers.
+func (m *Mesh) Close(ctx context.Context) error {
 	var errs []error
+	if m.set != nil {
+		errs = append(errs, m.set.closing(ctx))
+	}
 	for _, p := range m.provs {
 		errs = append(errs, p.Close())
 	}

@@ -86,7 +86,7 @@ func TestWiring(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				defer m.Close()
+				defer m.Close(ctx)
 				var eps [2]*Endpoints
 				for k := range eps {
 					if eps[k], err = m.Stage(ctx, cfg, tc.e, threads/tc.e); err != nil {
@@ -227,4 +227,75 @@ func repartitionHere(ctx context.Context, eps *Endpoints, rank, threads, perThre
 		return nil, nil, e
 	}
 	return sent, got, nil
+}
+
+// TestMeshCloseWaitsForPeers: Mesh.Close holds the connections until every
+// peer has closed its mesh too. Rank 1 closes at once; rank 0 first uses
+// its connection to rank 1 again, well after (a probe, as a waiting
+// endpoint sends every probeEvery), and that must still complete. Without
+// the close handshake rank 1's connection was gone and the probe failed:
+// the ErrPeerLost TestShuffleSmoke met over tcp now and then.
+func TestMeshCloseWaitsForPeers(t *testing.T) {
+	for _, transport := range []string{"", "tcp"} {
+		t.Run("transport="+transport, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h := dsfabric.NewHandlers()
+			w, err := NewWiring(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := make(chan string, 1)
+			hClosed, err := h.Register("test.closed", func(c *dsfabric.Call, args []byte) ([]byte, error) {
+				closed <- string(args)
+				return nil, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: 2, ThreadsPerProcess: 1, Transport: transport, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := w.Mesh(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			say := func(msg string) {
+				if _, err := f.CallServiceReturn(ctx, 1, 0, hClosed, []byte(msg)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if f.Rank() == 1 {
+				say("closing")
+				if err := m.Close(ctx); err != nil {
+					say(err.Error())
+				}
+				say("closed")
+				return
+			}
+			if msg := <-closed; msg != "closing" {
+				t.Fatalf("rank 1: %s", msg)
+			}
+			time.Sleep(3 * probeEvery) // rank 1 is in Close by now
+			l := &link{}
+			l.attach(m.send[1])
+			l.probe()
+			for end := time.Now().Add(5 * time.Second); l.probing.Load() && l.failed() == nil && time.Now().Before(end); {
+				f.Process().Progress()
+				l.drain()
+				time.Sleep(time.Millisecond)
+			}
+			if err := l.failed(); err != nil || l.probing.Load() {
+				t.Fatalf("rank 0's probe after rank 1 began closing its mesh: failed %v, unanswered %v", err, l.probing.Load())
+			}
+			if err := m.Close(ctx); err != nil {
+				t.Errorf("rank 0's Close: %v", err)
+			}
+			if msg := <-closed; msg != "closed" {
+				t.Errorf("rank 1's Close: %s", msg)
+			}
+		})
+	}
 }

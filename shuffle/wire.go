@@ -162,10 +162,13 @@ func nextRecord(b []byte) (rec, rest []byte, err error) {
 // endpoints (none for a Mesh stage, whose connections exist) and its
 // receivers' offers, round 2 its senders' offers (credit words); lists are
 // E×E, indexed [sender*E + receiver]. Round 3 (Wiring.Mesh) carries the
-// one queue pair endpoint of the pair of processes, E = 1 (docs/wire.md).
+// one queue pair endpoint of the pair of processes, E = 1. Round 4 says
+// that the sender's endpoints on connection set Set are closed (E = 1, no
+// lists): the close handshake (docs/wire.md).
 type wireMsg struct {
 	Round     int      `json:"round"`
 	Endpoints int      `json:"endpoints"`
+	Set       int      `json:"set,omitempty"`
 	Send      [][]byte `json:"send,omitempty"`
 	Recv      [][]byte `json:"recv,omitempty"`
 	Offers    [][]byte `json:"offers"`
@@ -186,7 +189,9 @@ func parseWireMsg(b []byte) (wireMsg, error) {
 		return wireMsg{}, fmt.Errorf("%w: round 2 list of %d entries, want %d", ErrBadOffer, len(m.Offers), n)
 	case m.Round == 3 && (m.Endpoints != 1 || len(m.Send) != 1 || len(m.Recv) != 0 || len(m.Offers) != 0):
 		return wireMsg{}, fmt.Errorf("%w: a mesh message of %d endpoints and lists of %d, %d, %d entries", ErrBadOffer, m.Endpoints, len(m.Send), len(m.Recv), len(m.Offers))
-	case m.Round < 1 || m.Round > 3:
+	case m.Round == 4 && (m.Endpoints != 1 || len(m.Send)+len(m.Recv)+len(m.Offers) != 0 || m.Set < 0):
+		return wireMsg{}, fmt.Errorf("%w: a closing message for set %d of %d endpoints and lists of %d, %d, %d entries", ErrBadOffer, m.Set, m.Endpoints, len(m.Send), len(m.Recv), len(m.Offers))
+	case m.Round < 1 || m.Round > 4:
 		return wireMsg{}, fmt.Errorf("%w: wiring round %d", ErrBadOffer, m.Round)
 	}
 	return m, nil

@@ -69,6 +69,7 @@ func FuzzWireMsg(f *testing.F) {
 	f.Add([]byte(`{"round":2,"endpoints":2,"offers":["","","",""]}`))
 	f.Add([]byte(`{"round":1,"endpoints":65536}`))
 	f.Add([]byte(`{"round":3,"endpoints":1,"send":["AA=="]}`))
+	f.Add([]byte(`{"round":4,"endpoints":1,"set":2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := parseWireMsg(b)
 		if err != nil {
@@ -80,7 +81,9 @@ func FuzzWireMsg(f *testing.F) {
 		n := m.Endpoints * m.Endpoints
 		switch {
 		case m.Round == 3 && (len(m.Send) != 1 || len(m.Offers) != 0),
-			m.Round != 3 && len(m.Offers) != n,
+			m.Round == 4 && (m.Endpoints != 1 || len(m.Send)+len(m.Recv)+len(m.Offers) != 0 || m.Set < 0),
+			m.Round < 3 && len(m.Offers) != n,
+			m.Round < 1 || m.Round > 4,
 			m.Round == 1 && (len(m.Send) != len(m.Recv) || len(m.Send) != 0 && len(m.Send) != n):
 			t.Fatalf("accepted %+v", m)
 		}

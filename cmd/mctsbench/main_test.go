@@ -380,6 +380,30 @@ func TestRDMOTargetKilled(t *testing.T) {
 	}
 }
 
+// TestShuffleReportsInImplOrder: a rank that runs ahead (memcpy needs no
+// peers) sends its next impl's report before rank 0 has collected this
+// one's; rank 0 keeps it for later instead of counting it now.
+func TestShuffleReportsInImplOrder(t *testing.T) {
+	c := make(chan shuffleReport, 4)
+	c <- shuffleReport{Rank: 1, Impl: "socket"}
+	c <- shuffleReport{Rank: 1, Impl: "memcpy"}
+	c <- shuffleReport{Rank: 0, Impl: "socket"}
+	c <- shuffleReport{Rank: 0, Impl: "memcpy"}
+	var q reportQueue
+	for _, want := range []shuffleReport{{Rank: 1, Impl: "socket"}, {Rank: 0, Impl: "socket"}, {Rank: 1, Impl: "memcpy"}, {Rank: 0, Impl: "memcpy"}} {
+		impl := want.Impl
+		got, err := q.next(context.Background(), c, impl)
+		if err != nil || got.Rank != want.Rank || got.Impl != impl {
+			t.Fatalf("next %s: %+v, %v; want rank %d", impl, got, err, want.Rank)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := q.next(ctx, c, "wr"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("no report left: %v", err)
+	}
+}
+
 // TestShuffleSmoke runs mctsbench shuffle for real, both patterns and the
 // two-stage join, our three designs in both configurations and the socket
 // peer, with small data: every line has the fields and says the

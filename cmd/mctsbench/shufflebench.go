@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,7 @@ type ShuffleResult struct {
 // shuffleReport is what each process sends rank 0 after a run.
 type shuffleReport struct {
 	Rank     int
+	Impl     string
 	Seconds  float64
 	Received int64
 	Sent     [][2]uint64 // by destination process: records, checksum
@@ -104,6 +106,12 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders ≥ 1, -record ≥ 16, -mb ≥ 1, -config se|me")
 		return 2
 	}
+	for i, x := range o.impls {
+		if slices.Contains(o.impls[:i], x) {
+			fmt.Fprintf(stderr, "mctsbench shuffle: -impl names %s twice\n", x)
+			return 2
+		}
+	}
 	rs, err := runShuffle(o, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mctsbench shuffle: %v\n", err)
@@ -151,7 +159,11 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	reports := make(chan shuffleReport, o.procs)
+	// Room for every report of the run: the handler must never block the
+	// service thread (rank 0's own report comes through it), and a rank may
+	// run ahead by an impl that needs no peers (memcpy), which once filled a
+	// channel of one report per rank and hung the run.
+	reports := make(chan shuffleReport, o.procs*len(o.impls))
 	hReport, _ := h.Register("shufflebench.report", func(c *dsfabric.Call, a []byte) ([]byte, error) {
 		var r shuffleReport
 		if err := json.Unmarshal(a, &r); err != nil {
@@ -174,6 +186,7 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 	defer f.Close()
 	src := dsfabric.ThreadID(f.Rank())
 	var out []ShuffleResult
+	var early reportQueue
 	for _, impl := range o.impls {
 		var x exchanger
 		switch impl {
@@ -206,7 +219,7 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 			}
 			x.close(ctx)
 		}
-		rep.Rank = f.Rank()
+		rep.Rank, rep.Impl = f.Rank(), impl
 		b, _ := json.Marshal(rep)
 		if _, err := f.CallServiceReturn(ctx, src, 0, hReport, b); err != nil {
 			return nil, err
@@ -216,15 +229,14 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		}
 		var all []shuffleReport
 		for len(all) < o.procs {
-			select {
-			case r := <-reports:
-				if r.Err != "" {
-					return nil, fmt.Errorf("%s: rank %d: %s", impl, r.Rank, r.Err)
-				}
-				all = append(all, r)
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			r, err := early.next(ctx, reports, impl)
+			if err != nil {
+				return nil, err
 			}
+			if r.Err != "" {
+				return nil, fmt.Errorf("%s: rank %d: %s", impl, r.Rank, r.Err)
+			}
+			all = append(all, r)
 		}
 		r := ShuffleResult{Pattern: o.pattern, Impl: impl, Config: o.config, Transport: f.Transports(), Procs: o.procs, Threads: o.threads}
 		switch impl {
@@ -260,6 +272,31 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// reportQueue keeps the reports that came before rank 0 asked for their
+// impl: a rank runs ahead by an impl that needs no peers (memcpy).
+type reportQueue []shuffleReport
+
+// next returns a report for impl, from q or else from c.
+func (q *reportQueue) next(ctx context.Context, c <-chan shuffleReport, impl string) (shuffleReport, error) {
+	for i, r := range *q {
+		if r.Impl == impl {
+			*q = append((*q)[:i], (*q)[i+1:]...)
+			return r, nil
+		}
+	}
+	for {
+		select {
+		case r := <-c:
+			if r.Impl == impl {
+				return r, nil
+			}
+			*q = append(*q, r)
+		case <-ctx.Done():
+			return shuffleReport{}, ctx.Err()
+		}
+	}
 }
 
 // genRecords runs fn over thread th's records of one process: the i-th
@@ -442,7 +479,7 @@ func (x *oursExchanger) close(ctx context.Context) {
 	}
 	x.eps = nil
 	if x.mesh != nil {
-		x.mesh.Close()
+		x.mesh.Close(ctx)
 		x.mesh = nil
 	}
 }
