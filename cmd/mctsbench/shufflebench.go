@@ -102,8 +102,8 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 	}
 	o.impls, o.bytes = strings.Split(*impls, ","), int64(*mb)<<20
-	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || o.orders < 1 || (o.config != "se" && o.config != "me") {
-		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders ≥ 1, -record ≥ 16, -mb ≥ 1, -config se|me")
+	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || o.orders < 1 || uint64(o.orders)*uint64(o.procs) >= 1<<32 || (o.config != "se" && o.config != "me") {
+		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders ≥ 1, -orders × -procs < 2³², -record ≥ 16, -mb ≥ 1, -config se|me")
 		return 2
 	}
 	for i, x := range o.impls {
