@@ -70,13 +70,20 @@ func TestWiring(t *testing.T) {
 			if tc.mesh {
 				stages = 2
 			}
-			err = func() error {
+			// A Close that fails fails the test too: the close handshake
+			// must leave every rank's connections working until all are done.
+			closeInto := func(err *error, c func(context.Context) error) {
+				if cerr := c(ctx); *err == nil && cerr != nil {
+					*err = fmt.Errorf("close: %w", cerr)
+				}
+			}
+			err = func() (err error) {
 				if !tc.mesh {
-					eps, err := w.Connect(ctx, f, cfg, tc.e, threads/tc.e)
-					if err != nil {
+					var eps *Endpoints
+					if eps, err = w.Connect(ctx, f, cfg, tc.e, threads/tc.e); err != nil {
 						return err
 					}
-					defer eps.Close(ctx)
+					defer closeInto(&err, eps.Close)
 					res.Sent, res.Got, err = repartitionHere(ctx, eps, f.Rank(), threads, perThread)
 					return err
 				}
@@ -86,13 +93,13 @@ func TestWiring(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				defer m.Close(ctx)
+				defer closeInto(&err, m.Close)
 				var eps [2]*Endpoints
 				for k := range eps {
 					if eps[k], err = m.Stage(ctx, cfg, tc.e, threads/tc.e); err != nil {
 						return err
 					}
-					defer eps[k].Close(ctx)
+					defer closeInto(&err, eps[k].Close)
 				}
 				var sent, got [2][][2]uint64
 				var errs [2]error
