@@ -68,12 +68,13 @@ type Config struct {
 	Depth int
 	// Adaptive makes a receiver adapt, per source, the window of buffers
 	// the sender may have in flight (at most Depth) to how fast its
-	// consumers take them (seed 004 §6): a window grows by one when a
-	// consumer waited for a buffer that the window had held back (the
-	// sender marks a buffer sent after it waited for credit), and shrinks
-	// to one more than the buffers it finds waiting beyond the one it
-	// takes (a consumer slower than the producer needs only one buffer
-	// ready). Default false: the window is always Depth (the fixed-depth
+	// consumers take them (seed 004 §6): a window doubles when a consumer
+	// waited for a buffer that the window had held back (the sender marks
+	// a buffer sent after it waited for credit), and at the end of a
+	// window's worth of buffers taken without that, gives back all but one
+	// of the fewest buffers it found waiting beyond the one taken (a
+	// consumer slower than the producer needs only one buffer ready).
+	// Starts at 2. Default false: the window is always Depth (the fixed-depth
 	// mode). It is the receiver's choice; the sender obeys the window
 	// either way. The ring memory is registered for Depth regardless:
 	// the window bounds what is in flight, not what is registered.
