@@ -58,14 +58,19 @@ type Endpoints struct {
 	provs     []dtutils.Provider
 	procs     []*dtutils.Process // SR: the endpoints' own processes
 	set       *connSet           // Connect's connections, once wired
+	closed    bool               // a second Close does nothing
 }
 
 // Close closes the receivers (waiting for their last credits to land),
 // then, once every peer process has closed its endpoints of this set too
 // (or died), the providers and processes Connect made; finish every
 // Sender first (Sender.Close, or its Shuffles). ctx bounds the wait for
-// the peers.
+// the peers. A second Close does nothing.
 func (e *Endpoints) Close(ctx context.Context) error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
 	var errs []error
 	for _, r := range e.Receivers {
 		errs = append(errs, r.Close(ctx))
@@ -384,6 +389,7 @@ type Mesh struct {
 	send, recv []dtutils.QueuePair // by peer: the ends our senders and receivers attach to (Share)
 	provs      []dtutils.Provider
 	set        *connSet // once wired
+	closed     bool     // a second Close does nothing
 }
 
 // Mesh connects this process to every other with one queue pair (over the
@@ -456,8 +462,12 @@ func (m *Mesh) Stage(ctx context.Context, cfg Config, endpoints, users int) (*En
 
 // Close closes the mesh's connections once every peer process has closed
 // its mesh too (or died); close every stage's Endpoints first. ctx bounds
-// the wait for the peers.
+// the wait for the peers. A second Close does nothing.
 func (m *Mesh) Close(ctx context.Context) error {
+	if m.closed {
+		return nil
+	}
+	m.closed = true
 	var errs []error
 	if m.set != nil {
 		errs = append(errs, m.set.closing(ctx))

@@ -300,6 +300,9 @@ func TestMeshCloseWaitsForPeers(t *testing.T) {
 			if err := m.Close(ctx); err != nil {
 				t.Errorf("rank 0's Close: %v", err)
 			}
+			if err := m.Close(ctx); err != nil { // again: nothing left to wait for
+				t.Errorf("rank 0's second Close: %v", err)
+			}
 			if msg := <-closed; msg != "closed" {
 				t.Errorf("rank 1's Close: %s", msg)
 			}
