@@ -147,7 +147,7 @@ type stage struct {
 type exchanger interface {
 	open(ctx context.Context, n int) error
 	run(ctx context.Context, i int, st stage) error
-	close(ctx context.Context)
+	close(ctx context.Context) error
 	receivers() int
 }
 
@@ -217,7 +217,9 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 			} else {
 				rep = runPattern(ctx, x, f.Rank(), o)
 			}
-			x.close(ctx)
+			if err := x.close(ctx); err != nil && rep.Err == "" {
+				rep = shuffleReport{Err: fmt.Sprintf("closing: %v", err)}
+			}
 		}
 		rep.Rank, rep.Impl = f.Rank(), impl
 		b, _ := json.Marshal(rep)
@@ -473,15 +475,17 @@ func (x *oursExchanger) open(ctx context.Context, n int) error {
 	return nil
 }
 
-func (x *oursExchanger) close(ctx context.Context) {
+func (x *oursExchanger) close(ctx context.Context) error {
+	var errs []error
 	for _, e := range x.eps {
-		e.Close(ctx)
+		errs = append(errs, e.Close(ctx))
 	}
 	x.eps = nil
 	if x.mesh != nil {
-		x.mesh.Close(ctx)
+		errs = append(errs, x.mesh.Close(ctx))
 		x.mesh = nil
 	}
+	return errors.Join(errs...)
 }
 
 func (x *oursExchanger) endpoints() int {
@@ -646,7 +650,7 @@ func (x *socketExchanger) open(ctx context.Context, n int) error {
 	return <-accepted
 }
 
-func (x *socketExchanger) close(ctx context.Context) {
+func (x *socketExchanger) close(ctx context.Context) error {
 	for i := range x.out {
 		for _, c := range x.out[i] {
 			if c != nil {
@@ -660,6 +664,7 @@ func (x *socketExchanger) close(ctx context.Context) {
 		}
 	}
 	x.in, x.out = nil, nil
+	return nil // a socket's close error says nothing once its stream ended
 }
 
 func (x *socketExchanger) run(ctx context.Context, i int, st stage) error {
