@@ -24,7 +24,8 @@ import (
 // demoDefaultVisits is the rollout budget per move of `make demo`: a whole
 // 11×11 game in about a minute on two cores. Measured on the development
 // machine (2 processes × 1 thread, about 120 visits/ms): 1.1–1.3 s a move,
-// 45 s and 76 s of search for games of 36 and 71 moves; 250000 took 51–113 s.
+// 29–76 s of search a game (36 and 71 moves took 45 s and 76 s); 250000
+// took 51–113 s.
 const demoDefaultVisits = 150000
 
 // DemoSummary is the result of one demo run (the JSON of -json).
