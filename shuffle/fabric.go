@@ -328,6 +328,8 @@ const closingPoll = 20 * time.Millisecond
 // posts (a probe, a last credit, the answer to one) fails the peer's
 // operation: over tcp a rank that finished its stage first made the other
 // fail with ErrPeerLost (TestShuffleSmoke, 1 run in about 30 under load).
+// Not Fabric.Barrier: barriers match by count, so two sets closed in
+// different orders by two processes would release each other's.
 func (c *connSet) closing(ctx context.Context) error {
 	f := c.f
 	p, r := f.Size(), f.Rank()
