@@ -3,7 +3,6 @@ package dtutils
 import (
 	"encoding/binary"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
@@ -73,7 +72,7 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 		rs := t.receiver()
 		var e [recvDescSize]byte
 		// A receive being posted right now counts as posted (dequeueSoon).
-		if !rs.srq.dequeueSoon(e[:], 10*time.Millisecond) {
+		if !rs.srq.dequeueSoon(e[:], claimedCellWait) {
 			return StatusReceiverNotReady, 0
 		}
 		d := getRecvDesc(e[:])

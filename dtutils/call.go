@@ -249,7 +249,7 @@ func shmCall(c *callArea, src uint32, req, reply []byte, gone func() bool) (Stat
 	// A slot being returned right now is not a full queue: wait for it
 	// (a caller descheduled between claiming the ring cell and filling it
 	// made calls fail with StatusBusy while most slots were free).
-	if !c.free.dequeueSoon(e[:], 10*time.Millisecond) {
+	if !c.free.dequeueSoon(e[:], claimedCellWait) {
 		return StatusBusy, 0
 	}
 	i := binary.LittleEndian.Uint32(e[:])

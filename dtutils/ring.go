@@ -129,6 +129,15 @@ func (r *ring) dequeue(e []byte) bool {
 	}
 }
 
+// claimedCellWait is how long dequeueSoon waits for a claimed cell by
+// default. The wait only happens while an enqueue is under way, never on
+// a truly empty ring, so it costs nothing when the ring is full. 10 ms
+// was too short: a clean-clone CI run (make test, -race, 2 cores) failed
+// TestCallConcurrent/shm with StatusBusy while at least 60 of 64 call
+// slots were free, three callers at once stuck behind a fourth that was
+// descheduled mid-enqueue.
+const claimedCellWait = 250 * time.Millisecond
+
 // dequeueSoon is dequeue that, when the ring is empty only because an
 // enqueue has claimed the next cell and not yet filled it (its producer
 // was descheduled in between: the algorithm's one blocking window), waits
