@@ -298,6 +298,46 @@ func TestCallReclaimsDeadCallers(t *testing.T) {
 	}
 }
 
+// TestRingEnqueueWaitsForVacatingCell: a cell that a dequeue one lap
+// behind has claimed but not yet released (its consumer descheduled in
+// between) does not make the ring full: enqueue waits for it, where it
+// used to report full and its caller dropped the entry (a call slot lost
+// for good each time; TestCallConcurrent/shm saw StatusBusy). A truly full
+// ring still refuses at once.
+func TestRingEnqueueWaitsForVacatingCell(t *testing.T) {
+	mem := make([]byte, ringBytes(2, 8))
+	r, err := initRing(mem, 2, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := byte(1); i <= 2; i++ {
+		if !r.enqueue([]byte{i, 0, 0, 0, 0, 0, 0, 0}) {
+			t.Fatalf("enqueue %d into an empty ring", i)
+		}
+	}
+	start := time.Now()
+	if r.enqueue([]byte{9, 0, 0, 0, 0, 0, 0, 0}) || time.Since(start) > claimedCellWait/2 {
+		t.Fatalf("a full ring: took an entry, or waited %v", time.Since(start))
+	}
+	// A consumer claims cell 0 and stalls before releasing it.
+	if !r.deqPos().CompareAndSwap(0, 1) {
+		t.Fatal("claiming cell 0")
+	}
+	go func() {
+		time.Sleep(2 * time.Millisecond)
+		r.seq(0).Store(0 + r.capacity)
+	}()
+	if !r.enqueue([]byte{3, 0, 0, 0, 0, 0, 0, 0}) {
+		t.Fatal("enqueue behind a consumer vacating its cell reported the ring full")
+	}
+	var e [8]byte
+	for _, want := range []byte{2, 3} {
+		if !r.dequeue(e[:]) || e[0] != want {
+			t.Fatalf("dequeued %v, want %d", e, want)
+		}
+	}
+}
+
 // TestRingDequeueSoon: a ring whose next cell an enqueue has claimed but
 // not yet filled (its producer descheduled in between) is not empty:
 // dequeueSoon waits for the entry, where dequeue reports nothing. Callers

@@ -90,8 +90,15 @@ func (r *ring) seq(pos uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[r.cellAt(pos)]))
 }
 
-// enqueue copies e (len ≤ entry) into the ring; false when full.
+// enqueue copies e (len ≤ entry) into the ring; false when full. A cell
+// that a dequeue one lap behind has claimed and not yet released (its
+// consumer descheduled in between) is not a full ring: enqueue waits up to
+// claimedCellWait for it. Reporting full there lost entries: the call
+// slots' free ring dropped returned slots until callers got StatusBusy
+// with nearly all slots idle (TestCallConcurrent/shm under -race).
 func (r *ring) enqueue(e []byte) bool {
+	var b Backoff
+	var end time.Time
 	for {
 		pos := r.enqPos().Load()
 		s := r.seq(pos).Load()
@@ -105,7 +112,15 @@ func (r *ring) enqueue(e []byte) bool {
 				return true
 			}
 		case d < 0:
-			return false
+			if int64(pos-r.deqPos().Load()) >= int64(r.capacity) {
+				return false // every cell holds an entry
+			}
+			if end.IsZero() {
+				end = time.Now().Add(claimedCellWait)
+			} else if time.Now().After(end) {
+				return false // its consumer died holding it
+			}
+			b.Wait()
 		}
 	}
 }
@@ -129,13 +144,13 @@ func (r *ring) dequeue(e []byte) bool {
 	}
 }
 
-// claimedCellWait is how long dequeueSoon waits for a claimed cell by
-// default. The wait only happens while an enqueue is under way, never on
-// a truly empty ring, so it costs nothing when the ring is full. 10 ms
-// was too short: a clean-clone CI run (make test, -race, 2 cores) failed
-// TestCallConcurrent/shm with StatusBusy while at least 60 of 64 call
-// slots were free, three callers at once stuck behind a fourth that was
-// descheduled mid-enqueue.
+// claimedCellWait bounds how long enqueue and dequeueSoon wait for a cell
+// that another side has claimed and not yet filled or released (its
+// thread descheduled in between, the algorithm's one blocking window).
+// They wait only then, never on a truly full or empty ring, so the bound
+// costs nothing in the normal case; only a process that died inside that
+// window makes them wait it out. 10 ms was too short under -race on 2
+// cores.
 const claimedCellWait = 250 * time.Millisecond
 
 // dequeueSoon is dequeue that, when the ring is empty only because an
