@@ -206,11 +206,15 @@ func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []
 		m.p.log.Warn("riutils: call to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)))
 		return nil, fmt.Errorf("%w %#08x", dsfabric.ErrUnknownHandler, uint32(h))
 	}
-	r.call = dsfabric.Call{Fabric: m.f, Src: src, Dst: m.self, Buffer: buf}
+	// Field by field: a composite literal is built on the stack and copied
+	// with 16-byte loads that cannot forward from its 8-byte stores, which
+	// stalled the receiver (a quarter of it at 8-byte trad calls).
+	c := &r.call
+	c.Fabric, c.Src, c.Dst, c.Buffer = m.f, src, m.self, buf
 	if len(buf) == 0 {
-		r.call.Buffer = nil
+		c.Buffer = nil
 	}
-	return fn(&r.call, args)
+	return fn(c, args)
 }
 
 // finish zeroes the consumed chunk, tells the sender (pushed feedback: the
