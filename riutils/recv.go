@@ -206,9 +206,9 @@ func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []
 		m.p.log.Warn("riutils: call to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)))
 		return nil, fmt.Errorf("%w %#08x", dsfabric.ErrUnknownHandler, uint32(h))
 	}
-	// Field by field: a composite literal is built on the stack and copied
-	// with 16-byte loads that cannot forward from its 8-byte stores, which
-	// stalled the receiver (a quarter of it at 8-byte trad calls).
+	// Field by field: a composite literal is built on the stack and then
+	// copied in with 16-byte moves, and that copy stalled (a quarter of the
+	// receiver's profile at 8-byte trad calls).
 	c := &r.call
 	c.Fabric, c.Src, c.Dst, c.Buffer = m.f, src, m.self, buf
 	if len(buf) == 0 {
