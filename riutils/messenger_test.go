@@ -63,6 +63,59 @@ func job(t testing.TB, procs, threads int, transport string, cfg Config, reg fun
 	}
 }
 
+// TestCallFieldsPerCall: the receiver reuses one dsfabric.Call per thread
+// and sets its fields for every call; a plain call right after a
+// CallBuffer must see no buffer (the old one points into a chunk that is
+// recycled), and every call its own source and destination. Over shm's
+// mapped chunks and through the Transmitter (NoMapping).
+func TestCallFieldsPerCall(t *testing.T) {
+	for _, noMap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoMapping=%v", noMap), func(t *testing.T) {
+			const n = 2000
+			var h dsfabric.HandlerID
+			var ran, bad atomic.Int64
+			cfg := DefaultConfig()
+			cfg.NoMapping = noMap
+			job(t, 2, 1, "shm", cfg, func(hs *dsfabric.Handlers) {
+				h, _ = hs.Register("fields", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+					withBuf := len(a) == 1 && a[0] == 1
+					switch {
+					case withBuf && string(c.Buffer) != "payload",
+						!withBuf && c.Buffer != nil,
+						c.Src != 1 || c.Dst != 0 || c.Fabric == nil:
+						bad.Add(1)
+					}
+					ran.Add(1)
+					return nil, nil
+				})
+			}, func(m *Messengers) error {
+				if m.f.Rank() == 1 {
+					for i := 0; i < n; i++ {
+						var err error
+						if i%2 == 0 {
+							err = m.CallBuffer(0, h, []byte{1}, []byte("payload"))
+						} else {
+							err = m.Call(0, h, []byte{0})
+						}
+						if err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				deadline := time.Now().Add(30 * time.Second)
+				for ran.Load() < n && time.Now().Before(deadline) {
+					m.Poll()
+				}
+				if ran.Load() != n || bad.Load() != 0 {
+					return fmt.Errorf("%d of %d calls ran, %d with wrong fields", ran.Load(), n, bad.Load())
+				}
+				return nil
+			})
+		})
+	}
+}
+
 // sequence is a handler that checks per-sender sequence numbers.
 type sequence struct {
 	next  [64]uint64 // by sender thread
