@@ -195,8 +195,10 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 // ovfl sends straight through, keeping calls locally while it cannot.
 func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
 	d := a.dst(dst)
-	if err := a.drain(dst, d, Fail); err != nil {
-		return err
+	if len(d.queue) != 0 {
+		if err := a.drain(dst, d, Fail); err != nil {
+			return err
+		}
 	}
 	if len(d.queue) == 0 {
 		ok, err := a.m.call(dst, h, args, buf, Fail)
