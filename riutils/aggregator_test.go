@@ -90,3 +90,56 @@ func TestAggregatorOvflExceeding(t *testing.T) {
 		t.Fatal("calls out of order")
 	}
 }
+
+// TestAggregatorOvflKeepsWithoutAllocating: keeping calls while the
+// messenger is full is ovfl's normal work under a slow receiver (paper
+// §4.4.2), so a kept call allocates nothing on the heap: its record is in
+// registered memory, and learning that the ring is still full costs no
+// error value.
+func TestAggregatorOvflKeepsWithoutAllocating(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
+	var seq sequence
+	var h dsfabric.HandlerID
+	accepted := make(chan int, 1)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		stalledReceiver(&seq, accepted),
+		func(m *Messengers) error {
+			a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: 4 << 20})
+			if err != nil {
+				return err
+			}
+			var args [8]byte
+			i := 0
+			call := func() {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err == nil {
+					err = a.Call(0, h, args[:])
+				}
+				i++
+			}
+			for a.Exceeding() == 0 && i < 100000 && err == nil {
+				call() // until the two chunks are full
+			}
+			for k := 0; k < 1000 && err == nil; k++ {
+				call() // the kept list grows to its working size
+			}
+			allocs := testing.AllocsPerRun(2000, call)
+			if err != nil {
+				return fmt.Errorf("call %d: %w", i, err)
+			}
+			if a.Exceeding() == 0 {
+				return errors.New("the messenger never filled: the test measured nothing")
+			}
+			accepted <- i
+			if err := a.Flush(); err != nil {
+				return err
+			}
+			if allocs != 0 {
+				return fmt.Errorf("%v heap allocations per kept call, want 0", allocs)
+			}
+			return nil
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
+	}
+}

@@ -272,7 +272,11 @@ func (s *sender) rotate(policy Policy) error {
 			break
 		}
 		if policy == Fail {
-			return fmt.Errorf("%w: thread %d has not consumed %d chunks of %d bytes", ErrFull, s.dst, len(s.chunks), cfg.ChunkSize)
+			// The bare sentinel: reserve turns it into false and each caller
+			// words its own error, so formatting one here would only cost
+			// an allocation per call while Ovfl keeps calls or RetryAsync
+			// retries them.
+			return ErrFull
 		}
 		if _, err := s.m.f.Transmitter(s.rank); err != nil {
 			return err // the destination died
