@@ -268,14 +268,14 @@ func limitRingSender(s peerSpec) error {
 		return fmt.Errorf("mapping the ring: %w", err)
 	}
 	defer unix.Munmap(mem)
-	fb := (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
+	fb := &consumed{fb: (*atomic.Uint64)(unsafe.Pointer(&mem[0]))}
 	slots := ringSlots(s.size)
 	rec := make([]byte, s.size) // the record, built then copied in as raw's are
 	for rep := 0; rep < s.reps; rep++ {
 		run := rep + 1
 		for i := 0; i < s.n; i++ {
 			if i >= slots {
-				awaitConsumed(fb, run, i-slots+1, nil, nil)
+				fb.await(run, i-slots+1)
 			}
 			off := rawRingBase + ringSlot(i, slots)*s.size
 			binary.LittleEndian.PutUint64(rec, uint64(i))
@@ -284,7 +284,7 @@ func limitRingSender(s peerSpec) error {
 			// then the last word with a release store.
 			dtutils.Publish(mem[off:off+s.size], rec)
 		}
-		awaitConsumed(fb, run, s.n, nil, nil)
+		fb.await(run, s.n)
 	}
 	return nil
 }

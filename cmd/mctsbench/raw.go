@@ -285,18 +285,40 @@ func runRaw(spec rawSpec) ([]Result, error) {
 }
 
 // awaitConsumed waits until the receiver's feedback says it consumed count
-// records of run.
+// records of run, and returns the count it read.
 // progress, if not nil, drives the transport while waiting.
-func awaitConsumed(fb *atomic.Uint64, run, count int, progress func() int, idle func()) {
+func awaitConsumed(fb *atomic.Uint64, run, count int, progress func() int, idle func()) int {
 	b := dtutils.Backoff{Idle: idle}
 	for {
 		v := fb.Load()
 		if v>>40 == uint64(run) && int(v&(1<<40-1)) >= count {
-			return
+			return int(v & (1<<40 - 1))
 		}
 		if progress == nil || progress() == 0 {
 			b.Wait()
 		}
+	}
+}
+
+// consumed is a sender's view of the receiver's feedback word. It reads
+// the word, a cache line the receiver writes, only when the count it last
+// read does not cover the slot about to be reused, as the producer of an
+// SPSC ring caches its consumer's index: the limit and raw senders both
+// use it, so neither pays a cross-core read per record.
+type consumed struct {
+	fb        *atomic.Uint64
+	progress  func() int
+	idle      func()
+	run, seen int
+}
+
+// await returns once the receiver consumed count records of run.
+func (c *consumed) await(run, count int) {
+	if run != c.run {
+		c.run, c.seen = run, 0
+	}
+	if c.seen < count {
+		c.seen = awaitConsumed(c.fb, run, count, c.progress, c.idle)
 	}
 }
 
@@ -322,7 +344,7 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	fb := e.word(0)
+	fb := &consumed{fb: e.word(0), progress: e.proc.Progress, idle: e.proc.Idle}
 	run := 0
 	for _, size := range spec.sizes {
 		for rep := 0; rep < spec.reps; rep++ {
@@ -331,10 +353,10 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 			for i := 0; i < spec.n; i++ {
 				// The receiver must have consumed the record this slot held.
 				if i >= slots {
-					awaitConsumed(fb, run, i-slots+1, e.proc.Progress, e.proc.Idle)
+					fb.await(run, i-slots+1)
 				}
 				m, err := ring.Alloc(size)
-				if errors.Is(err, alloc.ErrBusy) {
+				if err != nil && errors.Is(err, alloc.ErrBusy) {
 					if err := e.tx.Flush(ctx); err != nil {
 						return err
 					}
@@ -353,7 +375,7 @@ func runRawSender(spec rawSpec, in io.Reader, out io.Writer) error {
 			}
 			// Between runs the ring is reused from slot 0: wait until the
 			// receiver has consumed this run entirely.
-			awaitConsumed(fb, run, spec.n, e.proc.Progress, e.proc.Idle)
+			fb.await(run, spec.n)
 		}
 	}
 	if err := e.tx.Flush(ctx); err != nil {
