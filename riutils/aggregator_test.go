@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,48 +47,109 @@ func TestAggregatorTradBatches(t *testing.T) {
 	}
 }
 
-// TestAggregatorOvflExceeding: while the receiver does not poll, ovfl keeps
-// calls locally up to MaxExceeding, then fails with ErrFull; once the
-// receiver polls, Flush delivers every accepted call in order.
+// TestAggregatorOvflExceeding: under policy Fail, while the receiver does
+// not poll, ovfl keeps calls locally up to MaxExceeding, or until the
+// messengers' record memory is used up if that comes first, then fails
+// with ErrFull and keeps nothing more; once the receiver polls, Flush
+// delivers every accepted call in order.
 func TestAggregatorOvflExceeding(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	for _, c := range []struct {
+		name        string
+		maxEx, size int
+	}{{"MaxExceeding", 32 << 10, 8}, {"record memory", 64 << 20, 2000}} {
+		t.Run(c.name, func(t *testing.T) {
+			withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error {
+				a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: c.maxEx})
+				if err != nil {
+					return err
+				}
+				args := make([]byte, c.size)
+				i := 0
+				for ; i < 1<<22; i++ {
+					binary.LittleEndian.PutUint64(args, uint64(i))
+					err = a.Call(0, h, args)
+					if err != nil {
+						break
+					}
+				}
+				if !errors.Is(err, ErrFull) {
+					return fmt.Errorf("after %d calls: %v, want ErrFull", i, err)
+				}
+				ex := a.Exceeding()
+				if ex == 0 || ex > c.maxEx {
+					return fmt.Errorf("%d bytes kept locally, want (0, %d]", ex, c.maxEx)
+				}
+				if err := a.Call(0, h, args); !errors.Is(err, ErrFull) || a.Exceeding() != ex {
+					return fmt.Errorf("a call past the bound: %v, %d bytes kept; want ErrFull, %d", err, a.Exceeding(), ex)
+				}
+				accepted <- i
+				// Fail: Flush sends what there is room for; the receiver
+				// makes room as it runs the calls.
+				for deadline := time.Now().Add(30 * time.Second); a.Exceeding() != 0; {
+					if err := a.Flush(); err != nil {
+						return err
+					}
+					if time.Now().After(deadline) {
+						return fmt.Errorf("%d bytes still kept after 30 s of Flush", a.Exceeding())
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestAggregatorOvflRetryWaitsAtBound: under policy Retry a call that
+// would pass MaxExceeding waits for room instead of failing, as a full
+// messenger's Call does: a stream far longer than the bound to a receiver
+// that starts late and then runs slower than the sender gets no error,
+// never keeps more than the bound, and every call runs once, in order.
+func TestAggregatorOvflRetryWaitsAtBound(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
+	const n, maxEx = 50000, 4 << 10
 	var seq sequence
 	var h dsfabric.HandlerID
-	accepted := make(chan int, 1)
-	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		stalledReceiver(&seq, accepted),
+	var kept atomic.Int64
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) {
+		h, _ = hs.Register("seq", func(c *dsfabric.Call, args []byte) ([]byte, error) {
+			// Slower than the sender (a sleep would last 50 µs or more).
+			for t0 := time.Now(); time.Since(t0) < 200*time.Nanosecond; {
+			}
+			return seq.handler(c, args)
+		})
+	},
 		func(m *Messengers) error {
-			const maxEx = 32 << 10
+			// Late, so that the sender fills the messenger and the bound
+			// and must wait there.
+			time.Sleep(50 * time.Millisecond)
+			// 20 s: the stream takes well under a second even under -race.
+			return awaitCalls(m, &seq, n, time.Now().Add(20*time.Second), "ovfl must deliver every call once, in order")
+		},
+		func(m *Messengers) error {
 			a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: maxEx})
 			if err != nil {
 				return err
 			}
 			var args [8]byte
-			i := 0
-			for ; i < 100000; i++ {
+			for i := 0; i < n; i++ {
 				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				err = a.Call(0, h, args[:])
-				if err != nil {
-					break
+				if err := a.Call(0, h, args[:]); err != nil {
+					return fmt.Errorf("call %d: %w", i, err)
 				}
+				ex := a.Exceeding()
+				if ex > maxEx {
+					return fmt.Errorf("%d bytes kept, MaxExceeding %d", ex, maxEx)
+				}
+				kept.Store(max(kept.Load(), int64(ex)))
 			}
-			if !errors.Is(err, ErrFull) {
-				return fmt.Errorf("after %d calls: %v, want ErrFull", i, err)
-			}
-			if ex := a.Exceeding(); ex == 0 || ex > maxEx {
-				return fmt.Errorf("%d bytes kept locally, want (0, %d]", ex, maxEx)
-			}
-			accepted <- i
-			if err := a.Flush(); err != nil { // Retry: waits for the receiver
-				return err
-			}
-			if a.Exceeding() != 0 {
-				return fmt.Errorf("%d bytes still kept after Flush", a.Exceeding())
-			}
-			return nil
+			return a.Flush()
 		})
 	if seq.bad.Load() != 0 {
 		t.Fatal("calls out of order")
+	}
+	if kept.Load() == 0 {
+		t.Fatal("no call was ever kept: the receiver kept up and the test checked nothing")
 	}
 }
 
@@ -98,48 +160,40 @@ func TestAggregatorOvflExceeding(t *testing.T) {
 // error value.
 func TestAggregatorOvflKeepsWithoutAllocating(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
-	var seq sequence
-	var h dsfabric.HandlerID
-	accepted := make(chan int, 1)
-	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		stalledReceiver(&seq, accepted),
-		func(m *Messengers) error {
-			a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: 4 << 20})
-			if err != nil {
-				return err
+	withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error {
+		a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: 4 << 20})
+		if err != nil {
+			return err
+		}
+		var args [8]byte
+		i := 0
+		call := func() {
+			binary.LittleEndian.PutUint64(args[:], uint64(i))
+			if err == nil {
+				err = a.Call(0, h, args[:])
 			}
-			var args [8]byte
-			i := 0
-			call := func() {
-				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				if err == nil {
-					err = a.Call(0, h, args[:])
-				}
-				i++
-			}
-			for a.Exceeding() == 0 && i < 100000 && err == nil {
-				call() // until the two chunks are full
-			}
-			for k := 0; k < 1000 && err == nil; k++ {
-				call() // the kept list grows to its working size
-			}
-			allocs := testing.AllocsPerRun(2000, call)
-			if err != nil {
-				return fmt.Errorf("call %d: %w", i, err)
-			}
-			if a.Exceeding() == 0 {
-				return errors.New("the messenger never filled: the test measured nothing")
-			}
-			accepted <- i
-			if err := a.Flush(); err != nil {
-				return err
-			}
-			if allocs != 0 {
-				return fmt.Errorf("%v heap allocations per kept call, want 0", allocs)
-			}
-			return nil
-		})
-	if seq.bad.Load() != 0 {
-		t.Fatal("calls out of order")
-	}
+			i++
+		}
+		for a.Exceeding() == 0 && i < 100000 && err == nil {
+			call() // until the two chunks are full
+		}
+		for k := 0; k < 1000 && err == nil; k++ {
+			call() // the kept list grows to its working size
+		}
+		allocs := testing.AllocsPerRun(2000, call)
+		if err != nil {
+			return fmt.Errorf("call %d: %w", i, err)
+		}
+		if a.Exceeding() == 0 {
+			return errors.New("the messenger never filled: the test measured nothing")
+		}
+		accepted <- i
+		if err := a.Flush(); err != nil {
+			return err
+		}
+		if allocs != 0 {
+			return fmt.Errorf("%v heap allocations per kept call, want 0", allocs)
+		}
+		return nil
+	})
 }

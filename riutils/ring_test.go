@@ -52,6 +52,22 @@ func stalledReceiver(seq *sequence, accepted <-chan int) func(m *Messengers) err
 	}
 }
 
+// withStalledReceiver runs sender on one thread of a two-thread job whose
+// other thread polls only once sender has said, on accepted, how many calls
+// it made; then every accepted call must arrive once, in order.
+func withStalledReceiver(t *testing.T, cfg Config, sender func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error) {
+	t.Helper()
+	var seq sequence
+	var h dsfabric.HandlerID
+	accepted := make(chan int, 1)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		stalledReceiver(&seq, accepted),
+		func(m *Messengers) error { return sender(m, h, accepted) })
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
+	}
+}
+
 // ringsSymmetric checks that the sender's handles and the receiver's chunks
 // name the same memory in the same order.
 func ringsSymmetric(s *sender, r *receiver) error {
@@ -309,36 +325,28 @@ func recordRoundTrip(t *testing.T, data []byte, cut int) {
 // and delivers them in order once the receiver polls.
 func TestMessengerRetryAsyncKeepsOrder(t *testing.T) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 64 << 10}
-	var seq sequence
-	var h dsfabric.HandlerID
-	accepted := make(chan int, 1)
-	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		stalledReceiver(&seq, accepted),
-		func(m *Messengers) error {
-			var args [8]byte
-			i := 0
-			var err error
-			for ; i < 100000; i++ {
-				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				if err = m.Call(0, h, args[:]); err != nil {
-					break
-				}
+	withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error {
+		var args [8]byte
+		i := 0
+		var err error
+		for ; i < 100000; i++ {
+			binary.LittleEndian.PutUint64(args[:], uint64(i))
+			if err = m.Call(0, h, args[:]); err != nil {
+				break
 			}
-			if !errors.Is(err, ErrFull) || m.Kept() == 0 || m.Kept() > cfg.MaxAsyncBytes {
-				return fmt.Errorf("after %d calls: %v with %d bytes kept; want ErrFull within %d", i, err, m.Kept(), cfg.MaxAsyncBytes)
-			}
-			accepted <- i
-			if err := m.Flush(); err != nil {
-				return err
-			}
-			if m.Kept() != 0 {
-				return fmt.Errorf("%d bytes kept after Flush", m.Kept())
-			}
-			return nil
-		})
-	if seq.bad.Load() != 0 {
-		t.Fatal("calls out of order")
-	}
+		}
+		if !errors.Is(err, ErrFull) || m.Kept() == 0 || m.Kept() > cfg.MaxAsyncBytes {
+			return fmt.Errorf("after %d calls: %v with %d bytes kept; want ErrFull within %d", i, err, m.Kept(), cfg.MaxAsyncBytes)
+		}
+		accepted <- i
+		if err := m.Flush(); err != nil {
+			return err
+		}
+		if m.Kept() != 0 {
+			return fmt.Errorf("%d bytes kept after Flush", m.Kept())
+		}
+		return nil
+	})
 }
 
 // TestSealSeparatesNeighbours: headers or sequence numbers that differ in
@@ -562,7 +570,7 @@ func FuzzAllocMessages(f *testing.F) {
 
 // TestAggregatorConfig: defaults, and VerifyConfig's refusals.
 func TestAggregatorConfig(t *testing.T) {
-	if d := DefaultAggregatorConfig(); d.Mode != Trad || d.FlushSize != 4<<10 || d.MaxExceeding != 8<<20 || d.VerifyConfig() != nil {
+	if d := DefaultAggregatorConfig(); d.Mode != Trad || d.FlushSize != 4<<10 || d.MaxExceeding != 256<<10 || d.VerifyConfig() != nil {
 		t.Errorf("defaults %+v", d)
 	}
 	for _, c := range []AggregatorConfig{{Mode: 9}, {FlushSize: 12}, {FlushSize: 1 << 20}, {MaxExceeding: -1}} {
