@@ -284,32 +284,17 @@ func runRaw(spec rawSpec) ([]Result, error) {
 	return results, nil
 }
 
-// awaitConsumed waits until the receiver's feedback says it consumed count
-// records of run, and returns the count it read.
-// progress, if not nil, drives the transport while waiting.
-func awaitConsumed(fb *atomic.Uint64, run, count int, progress func() int, idle func()) int {
-	b := dtutils.Backoff{Idle: idle}
-	for {
-		v := fb.Load()
-		if v>>40 == uint64(run) && int(v&(1<<40-1)) >= count {
-			return int(v & (1<<40 - 1))
-		}
-		if progress == nil || progress() == 0 {
-			b.Wait()
-		}
-	}
-}
-
 // consumed is a sender's view of the receiver's feedback word. It reads
 // the word, a cache line the receiver writes, only when the count it last
 // read does not cover the slot about to be reused, as the producer of an
 // SPSC ring caches its consumer's index: the limit and raw senders both
 // use it, so neither pays a cross-core read per record.
 type consumed struct {
-	fb        *atomic.Uint64
-	progress  func() int
-	idle      func()
-	run, seen int
+	fb       *atomic.Uint64
+	progress func() int // if not nil, drives the transport while waiting
+	idle     func()
+	run      int
+	seen     int // the count last read for run
 }
 
 // await returns once the receiver consumed count records of run.
@@ -317,8 +302,17 @@ func (c *consumed) await(run, count int) {
 	if run != c.run {
 		c.run, c.seen = run, 0
 	}
-	if c.seen < count {
-		c.seen = awaitConsumed(c.fb, run, count, c.progress, c.idle)
+	b := dtutils.Backoff{Idle: c.idle}
+	for c.seen < count {
+		if v := c.fb.Load(); v>>40 == uint64(run) {
+			c.seen = int(v & (1<<40 - 1))
+			if c.seen >= count {
+				return
+			}
+		}
+		if c.progress == nil || c.progress() == 0 {
+			b.Wait()
+		}
 	}
 }
 
