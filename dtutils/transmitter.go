@@ -192,10 +192,11 @@ func (t *Transmitter) WriteImm(local alloc.Memory, remote alloc.Locator, imm uin
 // small) returns its error without failing the queue pair.
 func (t *Transmitter) Send(local alloc.Memory, imm uint32) error {
 	if t.sync != nil && t.failed.Load() == nil {
-		if st, ok := t.sync.sendNow(local.Bytes(), imm); ok {
+		b := local.Bytes()
+		if st, ok := t.sync.sendNow(b, imm); ok {
 			local.Done()
 			if st != StatusSuccess {
-				return fmt.Errorf("dtutils: send: %w", st.Err())
+				return fmt.Errorf("%w: %d-byte send", st.Err(), len(b))
 			}
 			return nil
 		}
