@@ -65,15 +65,15 @@ echo "== RDMOs against their one-sided sequences (shm, tcp; ofi-tcp when built)"
   if [ -x "$BIN/mctsbench-ofi" ]; then FI_PROVIDER=tcp "$BIN/mctsbench-ofi" rdmo -transports ofi -json; fi; } > "$OUT/rdmo.json"
 cat "$OUT/rdmo.json"
 echo "== shuffle: repartition and broadcast, package shuffle's designs beside plain sockets and MPI (when mpicc is installed)"
-{ "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,sr,socket,memcpy -json
-  "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,sr -adaptive -json
+# Medians of interleaved runs: one run of these swings 2x on a shared VM.
+{ "$BIN/mctsbench" shuffle repartition -mb 512 -impl wr,rd,sr,socket,memcpy -buffers fixed,adaptive -reps 3 -json
   "$BIN/mctsbench" shuffle repartition -mb 256 -impl wr,rd,sr -transport tcp -json
-  "$BIN/mctsbench" shuffle broadcast -mb 256 -json
-  "$BIN/mctsbench" shuffle join -orders 500000 -json
+  "$BIN/mctsbench" shuffle broadcast -mb 256 -reps 3 -json
+  "$BIN/mctsbench" shuffle join -orders 500000 -reps 5 -json
   if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
 	mpicc -O2 -o "$BIN/shuffle-mpi" bench/mpi/csrc/shuffle.c
-	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" repartition 512 100
-	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" broadcast 256 100
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" repartition 512 100 3
+	mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" broadcast 256 100 3
   fi; } > "$OUT/shuffle.json"
 cat "$OUT/shuffle.json"
 echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups"

@@ -60,7 +60,8 @@
 // moves registered buffers between a pool and the connections; here the
 // ring is registered at Depth once and the window bounds what is in
 // flight, which is what decides the throughput (Receiver.Stats counts the
-// moves; mctsbench shuffle -adaptive measures it beside the fixed mode).
+// moves; mctsbench shuffle -buffers fixed,adaptive measures both in one
+// run, interleaved).
 //
 // # Operators (seed 004 §4.3)
 //

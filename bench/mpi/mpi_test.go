@@ -28,9 +28,15 @@ func TestShufflePeer(t *testing.T) {
 	if out, err := exec.Command(mpicc, "-O2", "-Wall", "-o", bin, filepath.Join("csrc", "shuffle.c")).CombinedOutput(); err != nil {
 		t.Fatalf("mpicc: %v\n%s", err, out)
 	}
-	for _, pattern := range []string{"repartition", "broadcast"} {
+	for _, c := range []struct {
+		pattern string
+		reps    int
+		args    []string
+	}{{"repartition", 1, nil}, {"broadcast", 3, []string{"3"}}} {
+		pattern := c.pattern
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		out, err := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", bin, pattern, "4", "100").Output()
+		args := append([]string{"--allow-run-as-root", "--oversubscribe", "-np", "2", bin, pattern, "4", "100"}, c.args...)
+		out, err := exec.CommandContext(ctx, mpirun, args...).Output()
 		cancel()
 		if err != nil {
 			t.Fatalf("%s: %v", pattern, err)
@@ -41,11 +47,14 @@ func TestShufflePeer(t *testing.T) {
 			Bytes         int64
 			GBPerSPerProc float64 `json:"gb_per_s_per_proc"`
 			OK            bool
+			Reps          int
+			Min, Max      float64
 		}
 		if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &r); err != nil {
 			t.Fatalf("%s: %v in %q", pattern, err, out)
 		}
-		if r.Pattern != pattern || r.Impl != "mpi" || r.Procs != 2 || r.Bytes != 4<<20 || r.GBPerSPerProc <= 0 || !r.OK {
+		if r.Pattern != pattern || r.Impl != "mpi" || r.Procs != 2 || r.Bytes != 4<<20 || r.GBPerSPerProc <= 0 || !r.OK ||
+			r.Reps != c.reps || r.Min > r.GBPerSPerProc || r.GBPerSPerProc > r.Max {
 			t.Errorf("%s: %+v", pattern, r)
 		}
 	}

@@ -408,14 +408,22 @@ func TestShuffleReportsInImplOrder(t *testing.T) {
 // two-stage join, our three designs in both configurations and the socket
 // peer, with small data: every line has the fields and says the
 // data arrived intact (the join: its result is the single-process one).
+// With -reps and -buffers, each line is one implementation and window mode,
+// the median of its runs within their range.
 func TestShuffleSmoke(t *testing.T) {
-	for _, c := range [][]string{
-		{"repartition", "-impl", "wr,rd,sr,socket,memcpy"},
-		{"broadcast", "-impl", "wr,rd,sr,socket", "-threads", "2", "-config", "me", "-transport", "tcp"},
-		{"join", "-impl", "wr,rd,sr,socket", "-threads", "2", "-orders", "5000"},
+	for _, c := range []struct {
+		name        string
+		args        []string
+		lines, reps int
+	}{
+		{"repartition", []string{"repartition", "-impl", "wr,rd,sr,socket,memcpy"}, 5, 1},
+		{"broadcast", []string{"broadcast", "-impl", "wr,rd,sr,socket", "-threads", "2", "-config", "me", "-transport", "tcp"}, 4, 1},
+		{"join", []string{"join", "-impl", "wr,rd,sr,socket", "-threads", "2", "-orders", "5000"}, 4, 1},
+		{"reps", []string{"repartition", "-impl", "wr,rd,socket", "-buffers", "fixed,adaptive", "-reps", "3"}, 5, 3},
+		{"join-reps", []string{"join", "-impl", "sr,socket", "-orders", "5000", "-reps", "2"}, 2, 2},
 	} {
-		t.Run(c[0], func(t *testing.T) {
-			args := append([]string{"shuffle"}, c...)
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"shuffle"}, c.args...)
 			args = append(args, "-mb", "2", "-record", "64", "-json")
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
 			var out, errb bytes.Buffer
@@ -423,22 +431,41 @@ func TestShuffleSmoke(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if want := strings.Count(c[2], ",") + 1; len(lines) != want {
-				t.Fatalf("%d lines, want %d: %q", len(lines), want, out.String())
+			if len(lines) != c.lines {
+				t.Fatalf("%d lines, want %d: %q", len(lines), c.lines, out.String())
 			}
+			buffers := map[string]int{}
 			for _, l := range lines {
 				var r ShuffleResult
 				if err := json.Unmarshal([]byte(l), &r); err != nil {
 					t.Fatal(err)
 				}
-				measured := r.GBPerSPerProc > 0 && r.Bytes == 2<<20
+				v := r.GBPerSPerProc
+				measured := v > 0 && r.Bytes == 2<<20
 				if r.Pattern == "join" {
-					measured = r.Seconds > 0 // ok: the result equals the single-process run's
+					v = r.Seconds
+					measured = v > 0 // ok: the result equals the single-process run's
 				}
-				if !r.OK || !measured || r.Pattern != c[0] || r.Procs != 2 {
+				if !r.OK || !measured || r.Pattern != c.args[0] || r.Procs != 2 || r.Reps != c.reps || r.Min > v || v > r.Max {
 					t.Errorf("bad line %s", l)
 				}
+				buffers[r.Buffers]++
+			}
+			if c.name == "reps" && (buffers["fixed"] != 2 || buffers["adaptive"] != 2 || buffers[""] != 1) {
+				t.Errorf("lines by window mode %v, want wr and rd in each and the socket without", buffers)
 			}
 		})
+	}
+}
+
+func TestMedianShuffle(t *testing.T) {
+	rs := []ShuffleResult{{Pattern: "join", Seconds: 3, OK: true}, {Pattern: "join", Seconds: 1, OK: true}, {Pattern: "join", Seconds: 2, OK: false}}
+	m := medianShuffle(rs)
+	if m.Seconds != 2 || m.Min != 1 || m.Max != 3 || m.Reps != 3 || m.OK {
+		t.Errorf("join: %+v, want median 2 in [1, 3] of 3 runs, not ok", m)
+	}
+	rs = []ShuffleResult{{Pattern: "repartition", GBPerSPerProc: 4, OK: true}, {Pattern: "repartition", GBPerSPerProc: 1, OK: true}}
+	if m := medianShuffle(rs); m.GBPerSPerProc != 2.5 || m.Min != 1 || m.Max != 4 || !m.OK {
+		t.Errorf("repartition: %+v, want median 2.5 in [1, 4], ok", m)
 	}
 }

@@ -623,7 +623,7 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		return
 	}
 	w.WriteString("\n### Shuffle: repartition and broadcast against plain sockets, same run\n\n")
-	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr`, `rd` and `sr` are package shuffle's designs (one-sided write, one-sided read, send/receive), `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; ok: every process received exactly what was sent to it (counts and checksums).\n\n| pattern | impl | config | buffers | transport | procs × threads | MiB per process | GB/s per process | ok |\n|---|---|---|---|---|---|---:|---:|---|\n")
+	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr`, `rd` and `sr` are package shuffle's designs (one-sided write, one-sided read, send/receive), `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; the median of the command's runs (`-reps`; the implementations of one command take turns run by run), with their range; ok: every process received exactly what was sent to it (counts and checksums), in every run.\n\n| pattern | impl | config | buffers | transport | procs × threads | MiB per process | GB/s per process | runs (range) | ok |\n|---|---|---|---|---|---|---:|---:|---|---|\n")
 	best := map[string]float64{}
 	bufs := map[string]float64{} // the best repartition over shm, by buffers
 	peer := map[string]float64{} // pattern/impl of the peers
@@ -633,7 +633,7 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 			joins = append(joins, r)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d × %d | %d | %.2f | %v |\n", r.Pattern, r.Impl, r.Config, cmp.Or(r.Buffers, "–"), r.Transport, r.Procs, r.Threads, r.Bytes>>20, r.GBPerSPerProc, r.OK)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d × %d | %d | %.2f | %s | %v |\n", r.Pattern, r.Impl, r.Config, cmp.Or(r.Buffers, "–"), r.Transport, r.Procs, r.Threads, r.Bytes>>20, r.GBPerSPerProc, r.runs("%.2f"), r.OK)
 		if r.Pattern == "repartition" && r.Buffers != "" && r.OK && r.Transport != "tcp" {
 			bufs[r.Buffers] = max(bufs[r.Buffers], r.GBPerSPerProc)
 		}
@@ -663,10 +663,10 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		goal(w, "repartition: adaptive / fixed windows (seed 004 §6: as good or better)", bufs["adaptive"]/bufs["fixed"], 0.9, true)
 	}
 	if len(joins) > 0 {
-		w.WriteString("\nThe two-stage join (`mctsbench shuffle join`, a TPC-H Q3/Q4-shaped query: repartition orders and line items on the order key, hash-join, repartition the partial sums on the group key; ok: equal to the query run in one process over all the data), seconds at the slowest process:\n\n| impl | config | transport | procs × threads | seconds | ok |\n|---|---|---|---|---:|---|\n")
+		w.WriteString("\nThe two-stage join (`mctsbench shuffle join`, a TPC-H Q3/Q4-shaped query: repartition orders and line items on the order key, hash-join, repartition the partial sums on the group key; ok: equal to the query run in one process over all the data), seconds at the slowest process, median of the runs:\n\n| impl | config | transport | procs × threads | seconds | runs (range) | ok |\n|---|---|---|---|---:|---|---|\n")
 		fastest, socketJoin := 0.0, 0.0
 		for _, r := range joins {
-			fmt.Fprintf(w, "| %s | %s | %s | %d × %d | %.3f | %v |\n", r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Seconds, r.OK)
+			fmt.Fprintf(w, "| %s | %s | %s | %d × %d | %.3f | %s | %v |\n", r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Seconds, r.runs("%.3f"), r.OK)
 			switch {
 			case r.Impl == "socket":
 				socketJoin = r.Seconds

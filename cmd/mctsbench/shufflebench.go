@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,12 @@ type ShuffleResult struct {
 	// and checksums), or for join that the result equals a single-process
 	// run of the same query.
 	OK bool `json:"ok"`
+	// Reps is how many runs the figure is the median of (-reps; the
+	// cells of one command are interleaved run by run), Min and Max the
+	// spread of those runs (GB/s, or seconds for join).
+	Reps int     `json:"reps"`
+	Min  float64 `json:"min"`
+	Max  float64 `json:"max"`
 }
 
 // shuffleReport is what each process sends rank 0 after a run.
@@ -67,11 +74,13 @@ type shuffleOpts struct {
 	orders                     int
 	buffer, depth              int
 	adaptive, asJSON           bool
+	buffers                    []string // fixed, adaptive: the window modes of wr, rd, sr to run
+	reps                       int
 }
 
 func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "repartition" && args[0] != "broadcast" && args[0] != "join") {
-		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-adaptive] [-json]")
+		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-buffers fixed,adaptive] [-reps 1] [-json]")
 		return 2
 	}
 	o := shuffleOpts{pattern: args[0]}
@@ -87,7 +96,9 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.orders, "orders", 200000, "orders per process (join; about 4 line items each)")
 	fs.IntVar(&o.buffer, "buffer", 16<<10, "bytes per transmission buffer, the batching threshold (the socket version batches to it too)")
 	fs.IntVar(&o.depth, "depth", 0, "buffers in flight per connection (0: the package's default, 32)")
-	fs.BoolVar(&o.adaptive, "adaptive", false, "adaptive windows (seed 004 §6) instead of a fixed depth (wr, rd)")
+	adaptive := fs.Bool("adaptive", false, "adaptive windows (seed 004 §6) instead of a fixed depth: -buffers adaptive")
+	buffers := fs.String("buffers", "fixed", "comma-separated window modes of wr, rd and sr: fixed (a window of -depth buffers), adaptive (seed 004 §6)")
+	fs.IntVar(&o.reps, "reps", 1, "runs of every implementation (and window mode), interleaved; each line is their median")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per measurement")
 	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -101,15 +112,27 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
-	o.impls, o.bytes = strings.Split(*impls, ","), int64(*mb)<<20
-	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || o.orders < 1 || uint64(o.orders)*uint64(o.procs) >= 1<<32 || (o.config != "se" && o.config != "me") {
-		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders ≥ 1, -orders × -procs < 2³², -record ≥ 16, -mb ≥ 1, -config se|me")
+	o.impls, o.bytes, o.buffers = strings.Split(*impls, ","), int64(*mb)<<20, strings.Split(*buffers, ",")
+	if *adaptive {
+		o.buffers = []string{"adaptive"}
+	}
+	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || o.orders < 1 || uint64(o.orders)*uint64(o.procs) >= 1<<32 || (o.config != "se" && o.config != "me") || o.reps < 1 {
+		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders, -reps ≥ 1, -orders × -procs < 2³², -record ≥ 16, -mb ≥ 1, -config se|me")
 		return 2
 	}
-	for i, x := range o.impls {
-		if slices.Contains(o.impls[:i], x) {
-			fmt.Fprintf(stderr, "mctsbench shuffle: -impl names %s twice\n", x)
-			return 2
+	for _, l := range []struct {
+		flag string
+		xs   []string
+	}{{"-impl", o.impls}, {"-buffers", o.buffers}} {
+		for i, x := range l.xs {
+			if slices.Contains(l.xs[:i], x) {
+				fmt.Fprintf(stderr, "mctsbench shuffle: %s names %s twice\n", l.flag, x)
+				return 2
+			}
+			if l.flag == "-buffers" && x != "fixed" && x != "adaptive" {
+				fmt.Fprintf(stderr, "mctsbench shuffle: -buffers: %q is neither fixed nor adaptive\n", x)
+				return 2
+			}
 		}
 	}
 	rs, err := runShuffle(o, stderr)
@@ -122,9 +145,9 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		case o.asJSON:
 			json.NewEncoder(stdout).Encode(r)
 		case r.Pattern == "join":
-			fmt.Fprintf(stdout, "join %s/%s over %s, %d×%d: %.3f s, ok=%v\n", r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Seconds, r.OK)
+			fmt.Fprintf(stdout, "join %s/%s over %s, %d×%d: %.3f s%s, ok=%v\n", r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.Seconds, r.spread("%.3f"), r.OK)
 		default:
-			fmt.Fprintf(stdout, "%s %s/%s over %s, %d×%d: %.2f GB/s per process, ok=%v\n", r.Pattern, r.Impl, r.Config, r.Transport, r.Procs, r.Threads, r.GBPerSPerProc, r.OK)
+			fmt.Fprintf(stdout, "%s %s/%s%s over %s, %d×%d: %.2f GB/s per process%s, ok=%v\n", r.Pattern, r.Impl, r.Config, strings.TrimSuffix("/"+r.Buffers, "/"), r.Transport, r.Procs, r.Threads, r.GBPerSPerProc, r.spread("%.2f"), r.OK)
 		}
 	}
 	return 0
@@ -184,96 +207,168 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		return nil, err
 	}
 	defer f.Close()
-	src := dsfabric.ThreadID(f.Rank())
-	var out []ShuffleResult
-	var early reportQueue
+	var cells []shuffleCell
 	for _, impl := range o.impls {
-		var x exchanger
 		switch impl {
-		case "memcpy":
 		case "wr", "rd", "sr":
-			d, _ := shuffle.ParseDesign(impl)
-			x = &oursExchanger{w: w, f: f, o: o, design: d}
-		case "socket":
-			x = &socketExchanger{f: f, o: o, hAddr: hAddr, addrs: addrs}
+			for _, b := range o.buffers {
+				cells = append(cells, shuffleCell{impl: impl, buffers: b})
+			}
+		case "socket", "memcpy":
+			cells = append(cells, shuffleCell{impl: impl})
 		default:
 			return nil, fmt.Errorf("unknown -impl %q", impl)
 		}
-		var rep shuffleReport
-		stages := 1
-		if o.pattern == "join" {
-			stages = 2
-		}
-		switch {
-		case impl == "memcpy":
-			rep = runMemcpy(f.Rank(), o)
-		default:
-			if err := x.open(ctx, stages); err != nil {
-				rep = shuffleReport{Err: err.Error()}
-				break
-			}
-			if o.pattern == "join" {
-				rep = runJoin(ctx, x, f.Rank(), o)
-			} else {
-				rep = runPattern(ctx, x, f.Rank(), o)
-			}
-			if err := x.close(ctx); err != nil && rep.Err == "" {
-				rep = shuffleReport{Err: fmt.Sprintf("closing: %v", err)}
-			}
-		}
-		rep.Rank, rep.Impl = f.Rank(), impl
-		b, _ := json.Marshal(rep)
-		if _, err := f.CallServiceReturn(ctx, src, 0, hReport, b); err != nil {
-			return nil, err
-		}
-		if f.Rank() != 0 {
-			continue
-		}
-		var all []shuffleReport
-		for len(all) < o.procs {
-			r, err := early.next(ctx, reports, impl)
+	}
+	// Run by run, every cell once: a slow spell of the machine then falls
+	// on every cell alike instead of on the ones measured during it.
+	runs := make([][]ShuffleResult, len(cells))
+	var early reportQueue
+	for rep := 0; rep < o.reps; rep++ {
+		for i, c := range cells {
+			r, err := runShuffleCell(ctx, f, o, c, fmt.Sprintf("%s/%s/%d", c.impl, c.buffers, rep), reports, &early, hReport, hAddr, addrs, w)
 			if err != nil {
 				return nil, err
 			}
-			if r.Err != "" {
-				return nil, fmt.Errorf("%s: rank %d: %s", impl, r.Rank, r.Err)
-			}
-			all = append(all, r)
+			runs[i] = append(runs[i], r)
 		}
-		r := ShuffleResult{Pattern: o.pattern, Impl: impl, Config: o.config, Transport: f.Transports(), Procs: o.procs, Threads: o.threads}
-		switch impl {
-		case "wr", "rd", "sr":
-			r.Buffers = "fixed"
-			if o.adaptive {
-				r.Buffers = "adaptive"
-			}
-		case "socket":
-			r.Transport, r.Config = "tcp", "-"
-		case "memcpy":
-			r.Transport, r.Config = "-", "-"
-		}
-		if o.pattern == "join" {
-			r.OK = joinChecked(all, o)
-			for _, x := range all {
-				r.Seconds = max(r.Seconds, x.Seconds)
-			}
-		} else {
-			r.Bytes, r.OK = o.bytes, true
-			want := make([][2]uint64, o.procs)
-			for _, x := range all {
-				for d, s := range x.Sent {
-					want[d][0] += s[0]
-					want[d][1] += s[1]
-				}
-				r.GBPerSPerProc += float64(x.Received) / x.Seconds / 1e9 / float64(o.procs)
-			}
-			for _, x := range all {
-				r.OK = r.OK && (impl == "memcpy" || x.Got == want[x.Rank])
-			}
-		}
-		out = append(out, r)
+	}
+	if f.Rank() != 0 {
+		return nil, nil
+	}
+	out := make([]ShuffleResult, len(cells))
+	for i, rs := range runs {
+		out[i] = medianShuffle(rs)
 	}
 	return out, nil
+}
+
+// spread says, for a median of several runs, how many and their range.
+func (r ShuffleResult) spread(format string) string {
+	if r.Reps < 2 {
+		return ""
+	}
+	return " (median of " + r.runs(format) + ")"
+}
+
+// runs is the number of runs and, for several, their range.
+func (r ShuffleResult) runs(format string) string {
+	if r.Reps < 2 {
+		return strconv.Itoa(max(r.Reps, 1))
+	}
+	return fmt.Sprintf("%d: "+format+"–"+format, r.Reps, r.Min, r.Max)
+}
+
+// shuffleCell is one implementation of a command, with its window mode
+// for package shuffle's designs.
+type shuffleCell struct {
+	impl, buffers string
+}
+
+// runShuffleCell runs one cell once on every rank; rank 0 gathers the
+// reports (label names this run in them) and returns the result.
+func runShuffleCell(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, c shuffleCell, label string, reports <-chan shuffleReport, early *reportQueue, hReport, hAddr dsfabric.HandlerID, addrs chan [2]string, w *shuffle.Wiring) (ShuffleResult, error) {
+	o.adaptive = c.buffers == "adaptive"
+	var x exchanger
+	switch c.impl {
+	case "wr", "rd", "sr":
+		d, _ := shuffle.ParseDesign(c.impl)
+		x = &oursExchanger{w: w, f: f, o: o, design: d}
+	case "socket":
+		x = &socketExchanger{f: f, o: o, hAddr: hAddr, addrs: addrs}
+	}
+	var rep shuffleReport
+	stages := 1
+	if o.pattern == "join" {
+		stages = 2
+	}
+	switch {
+	case c.impl == "memcpy":
+		rep = runMemcpy(f.Rank(), o)
+	default:
+		if err := x.open(ctx, stages); err != nil {
+			rep = shuffleReport{Err: err.Error()}
+			break
+		}
+		if o.pattern == "join" {
+			rep = runJoin(ctx, x, f.Rank(), o)
+		} else {
+			rep = runPattern(ctx, x, f.Rank(), o)
+		}
+		if err := x.close(ctx); err != nil && rep.Err == "" {
+			rep = shuffleReport{Err: fmt.Sprintf("closing: %v", err)}
+		}
+	}
+	rep.Rank, rep.Impl = f.Rank(), label
+	b, _ := json.Marshal(rep)
+	src := dsfabric.ThreadID(f.Rank())
+	if _, err := f.CallServiceReturn(ctx, src, 0, hReport, b); err != nil {
+		return ShuffleResult{}, err
+	}
+	if f.Rank() != 0 {
+		return ShuffleResult{}, nil
+	}
+	var all []shuffleReport
+	for len(all) < o.procs {
+		r, err := early.next(ctx, reports, label)
+		if err != nil {
+			return ShuffleResult{}, err
+		}
+		if r.Err != "" {
+			return ShuffleResult{}, fmt.Errorf("%s: rank %d: %s", c.impl, r.Rank, r.Err)
+		}
+		all = append(all, r)
+	}
+	r := ShuffleResult{Pattern: o.pattern, Impl: c.impl, Config: o.config, Buffers: c.buffers, Transport: f.Transports(), Procs: o.procs, Threads: o.threads, Reps: 1}
+	switch c.impl {
+	case "socket":
+		r.Transport, r.Config = "tcp", "-"
+	case "memcpy":
+		r.Transport, r.Config = "-", "-"
+	}
+	if o.pattern == "join" {
+		r.OK = joinChecked(all, o)
+		for _, x := range all {
+			r.Seconds = max(r.Seconds, x.Seconds)
+		}
+		r.Min, r.Max = r.Seconds, r.Seconds
+		return r, nil
+	}
+	r.Bytes, r.OK = o.bytes, true
+	want := make([][2]uint64, o.procs)
+	for _, x := range all {
+		for d, s := range x.Sent {
+			want[d][0] += s[0]
+			want[d][1] += s[1]
+		}
+		r.GBPerSPerProc += float64(x.Received) / x.Seconds / 1e9 / float64(o.procs)
+	}
+	for _, x := range all {
+		r.OK = r.OK && (c.impl == "memcpy" || x.Got == want[x.Rank])
+	}
+	r.Min, r.Max = r.GBPerSPerProc, r.GBPerSPerProc
+	return r, nil
+}
+
+// medianShuffle folds the runs of one cell into one line: the median of
+// its figure, the spread, and ok only if every run was.
+func medianShuffle(rs []ShuffleResult) ShuffleResult {
+	out := rs[0]
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = r.GBPerSPerProc
+		if r.Pattern == "join" {
+			vs[i] = r.Seconds
+		}
+		out.OK = out.OK && r.OK
+	}
+	out.Reps, out.Min, out.Max = len(rs), slices.Min(vs), slices.Max(vs)
+	if out.Pattern == "join" {
+		out.Seconds = median(vs)
+	} else {
+		out.GBPerSPerProc = median(vs)
+	}
+	return out
 }
 
 // reportQueue keeps the reports that came before rank 0 asked for their

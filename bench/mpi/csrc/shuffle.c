@@ -9,7 +9,11 @@
  * and packing included; buffers are touched before), and ok
  * when every rank received the number of records that were sent to it.
  *
- *   mpirun -np 2 shuffle-mpi repartition|broadcast MIB RECORD
+ *   mpirun -np 2 shuffle-mpi repartition|broadcast MIB RECORD [REPS]
+ *
+ * With REPS (default 1) the exchange runs REPS times and the line gives
+ * the median rate, with "reps", "min" and "max" as mctsbench shuffle's
+ * -reps does.
  *
  * Built by scripts/bench.sh (and the test) with mpicc from Debian's
  * libopenmpi-dev.
@@ -25,21 +29,27 @@ static int dest_of(uint64_t i, int rank, int procs) {
 	return (int)(((i * 0x9e3779b97f4a7c15ULL + (uint64_t)rank) >> 33) % (uint64_t)procs);
 }
 
+static int cmp_double(const void *a, const void *b) {
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
 int main(int argc, char **argv) {
 	MPI_Init(&argc, &argv);
 	int rank, procs;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &procs);
-	if (argc != 4 || (strcmp(argv[1], "repartition") && strcmp(argv[1], "broadcast"))) {
+	if ((argc != 4 && argc != 5) || (strcmp(argv[1], "repartition") && strcmp(argv[1], "broadcast"))) {
 		if (rank == 0)
-			fprintf(stderr, "usage: shuffle-mpi repartition|broadcast MIB RECORD\n");
+			fprintf(stderr, "usage: shuffle-mpi repartition|broadcast MIB RECORD [REPS]\n");
 		MPI_Finalize();
 		return 2;
 	}
 	int broadcast = strcmp(argv[1], "broadcast") == 0;
 	long long bytes = atoll(argv[2]) << 20;
 	int rec = atoi(argv[3]);
-	if (rec < 16 || bytes < rec) {
+	int reps = argc == 5 ? atoi(argv[4]) : 1;
+	if (rec < 16 || bytes < rec || reps < 1 || reps > 1000) {
 		MPI_Finalize();
 		return 2;
 	}
@@ -58,73 +68,85 @@ int main(int argc, char **argv) {
 	memset(packed, 0, outsz);
 	memset(in, 0, insz);
 	memset(data, 0, outsz);
-	MPI_Barrier(MPI_COMM_WORLD);
-	/* The clock includes generating the records, as mctsbench shuffle's
-	 * does (there the operators consume them as they are made). */
-	double t0 = MPI_Wtime();
-	for (long long i = 0; i < n; i++) {
-		char *r = data + i * rec;
-		memset(r, (int)i, (size_t)rec);
-		uint64_t id = ((uint64_t)rank << 48) | (uint64_t)i;
-		memcpy(r, &id, 8);
-		dest[i] = dest_of((uint64_t)i, rank, procs);
-		uint32_t d = (uint32_t)dest[i];
-		memcpy(r + 8, &d, 4);
-	}
-
-	long long received = 0, records = 0;
-	int ok = 1;
-	if (broadcast) {
-		/* counts above 2^31 bytes would need derived types: keep runs below */
-		MPI_Allgather(data, (int)(n * rec), MPI_BYTE, in, (int)(n * rec), MPI_BYTE, MPI_COMM_WORLD);
-		received = n * rec * procs;
-		records = n * procs;
-	} else {
-		int *scount = calloc((size_t)procs, sizeof(int)), *rcount = calloc((size_t)procs, sizeof(int));
-		int *sdisp = calloc((size_t)procs, sizeof(int)), *rdisp = calloc((size_t)procs, sizeof(int));
-		int *fill = calloc((size_t)procs, sizeof(int));
-		for (long long i = 0; i < n; i++)
-			scount[dest[i]] += rec;
-		for (int p = 1; p < procs; p++)
-			sdisp[p] = sdisp[p - 1] + scount[p - 1];
+	double *rates = malloc(sizeof(double) * (size_t)reps);
+	int all_good = 1;
+	if (!rates)
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	for (int run = 0; run < reps; run++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		/* The clock includes generating the records, as mctsbench shuffle's
+		 * does (there the operators consume them as they are made). */
+		double t0 = MPI_Wtime();
 		for (long long i = 0; i < n; i++) {
-			int d = dest[i];
-			memcpy(packed + sdisp[d] + fill[d], data + i * rec, (size_t)rec);
-			fill[d] += rec;
+			char *r = data + i * rec;
+			memset(r, (int)i, (size_t)rec);
+			uint64_t id = ((uint64_t)rank << 48) | (uint64_t)i;
+			memcpy(r, &id, 8);
+			dest[i] = dest_of((uint64_t)i, rank, procs);
+			uint32_t d = (uint32_t)dest[i];
+			memcpy(r + 8, &d, 4);
 		}
-		MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, MPI_COMM_WORLD);
-		long long total = 0;
-		for (int p = 0; p < procs; p++) {
-			rdisp[p] = (int)total;
-			total += rcount[p];
+
+		long long received = 0, records = 0;
+		int ok = 1;
+		if (broadcast) {
+			/* counts above 2^31 bytes would need derived types: keep runs below */
+			MPI_Allgather(data, (int)(n * rec), MPI_BYTE, in, (int)(n * rec), MPI_BYTE, MPI_COMM_WORLD);
+			received = n * rec * procs;
+			records = n * procs;
+		} else {
+			int *scount = calloc((size_t)procs, sizeof(int)), *rcount = calloc((size_t)procs, sizeof(int));
+			int *sdisp = calloc((size_t)procs, sizeof(int)), *rdisp = calloc((size_t)procs, sizeof(int));
+			int *fill = calloc((size_t)procs, sizeof(int));
+			for (long long i = 0; i < n; i++)
+				scount[dest[i]] += rec;
+			for (int p = 1; p < procs; p++)
+				sdisp[p] = sdisp[p - 1] + scount[p - 1];
+			for (long long i = 0; i < n; i++) {
+				int d = dest[i];
+				memcpy(packed + sdisp[d] + fill[d], data + i * rec, (size_t)rec);
+				fill[d] += rec;
+			}
+			MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, MPI_COMM_WORLD);
+			long long total = 0;
+			for (int p = 0; p < procs; p++) {
+				rdisp[p] = (int)total;
+				total += rcount[p];
+			}
+			MPI_Alltoallv(packed, scount, sdisp, MPI_BYTE, in, rcount, rdisp, MPI_BYTE, MPI_COMM_WORLD);
+			received = total;
+			records = total / rec;
+			for (long long i = 0; i < records; i++) {
+				uint32_t d;
+				memcpy(&d, in + i * rec + 8, 4);
+				ok = ok && (int)d == rank;
+			}
+			free(scount);
+			free(rcount);
+			free(sdisp);
+			free(rdisp);
+			free(fill);
 		}
-		MPI_Alltoallv(packed, scount, sdisp, MPI_BYTE, in, rcount, rdisp, MPI_BYTE, MPI_COMM_WORLD);
-		received = total;
-		records = total / rec;
-		for (long long i = 0; i < records; i++) {
-			uint32_t d;
-			memcpy(&d, in + i * rec + 8, 4);
-			ok = ok && (int)d == rank;
-		}
-		free(scount);
-		free(rcount);
-		free(sdisp);
-		free(rdisp);
-		free(fill);
+		double secs = MPI_Wtime() - t0;
+		/* Every record sent must have arrived somewhere exactly once. */
+		long long sent = broadcast ? n * procs : n, all_sent = 0, all_recv = 0;
+		MPI_Reduce(&sent, &all_sent, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+		MPI_Reduce(&records, &all_recv, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+		double rate = (double)received / secs / 1e9, sum = 0;
+		int all_ok = 0;
+		MPI_Reduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+		MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);
+		rates[run] = sum / procs;
+		all_good = all_good && all_ok && all_sent == all_recv;
 	}
-	double secs = MPI_Wtime() - t0;
-	/* Every record sent must have arrived somewhere exactly once. */
-	long long sent = broadcast ? n * procs : n, all_sent = 0, all_recv = 0;
-	MPI_Reduce(&sent, &all_sent, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-	MPI_Reduce(&records, &all_recv, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-	double rate = (double)received / secs / 1e9, sum = 0;
-	int all_ok = 0;
-	MPI_Reduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-	MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);
-	if (rank == 0)
+	if (rank == 0) {
+		qsort(rates, (size_t)reps, sizeof(double), cmp_double);
+		double med = reps % 2 ? rates[reps / 2] : (rates[reps / 2 - 1] + rates[reps / 2]) / 2;
 		printf("{\"pattern\":\"%s\",\"impl\":\"mpi\",\"config\":\"-\",\"transport\":\"mpi\",\"procs\":%d,\"threads\":1,"
-		       "\"bytes\":%lld,\"gb_per_s_per_proc\":%.6f,\"ok\":%s}\n",
-		       argv[1], procs, bytes, sum / procs, all_ok && all_sent == all_recv ? "true" : "false");
+		       "\"bytes\":%lld,\"gb_per_s_per_proc\":%.6f,\"ok\":%s,\"reps\":%d,\"min\":%.6f,\"max\":%.6f}\n",
+		       argv[1], procs, bytes, med, all_good ? "true" : "false", reps, rates[0], rates[reps - 1]);
+	}
+	free(rates);
 	free(data);
 	free(dest);
 	free(packed);
