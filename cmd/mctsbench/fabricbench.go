@@ -158,45 +158,56 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 	}
 	defer f.Close()
 	ctx := context.Background()
-	var results []Result
-	for _, mode := range modes {
-		rs, err := runFabricMode(ctx, f, mode, spec, &st, func(size int) error {
-			j := job{mode: mode, size: size, done: make(chan error, 1)}
-			jobs <- j
-			return <-j.done
-		})
-		if err != nil {
-			return nil, err
-		}
-		results = append(results, rs...)
-	}
-	return results, nil
+	return runFabricModesOn(ctx, f, modes, spec, &st, func(mode string, size int) error {
+		j := job{mode: mode, size: size, done: make(chan error, 1)}
+		jobs <- j
+		return <-j.done
+	})
 }
 
-// runFabricMode runs the sizes × repetitions of one mode; run hands one run
-// to the local worker thread.
-func runFabricMode(ctx context.Context, f *dsfabric.Fabric, mode string, spec rawSpec, st *atomic.Pointer[runStats], run func(size int) error) ([]Result, error) {
-	var results []Result
-	for _, size := range spec.sizes {
-		var rates []float64
+// modeJob is what runFabricModesOn needs of the job (a *dsfabric.Fabric).
+type modeJob interface {
+	Barrier(ctx context.Context) error
+	Rank() int
+	Transports() string
+}
+
+// runFabricModesOn runs the sizes × repetitions of every mode, the modes
+// taking turns within each repetition so that a slow spell of the machine
+// falls on all of them alike (their ratios are what the table is for); run
+// hands one run to the local worker thread. Results come mode by mode.
+func runFabricModesOn(ctx context.Context, f modeJob, modes []string, spec rawSpec, st *atomic.Pointer[runStats], run func(mode string, size int) error) ([]Result, error) {
+	rates := make([][][]float64, len(modes)) // mode, size, repetition
+	for m := range modes {
+		rates[m] = make([][]float64, len(spec.sizes))
+	}
+	for si, size := range spec.sizes {
 		for rep := 0; rep < spec.reps; rep++ {
-			s := &runStats{warm: max(1, int64(spec.warmup())), n: int64(spec.n), finished: make(chan struct{})}
-			st.Store(s)
-			if err := f.Barrier(ctx); err != nil {
-				return nil, err
-			}
-			if err := run(size); err != nil {
-				return nil, fmt.Errorf("%s, %d-byte calls: %w", mode, size, err)
-			}
-			if f.Rank() == 0 {
-				rates = append(rates, float64(s.n-s.warm)/time.Duration(s.end.Load()-s.start.Load()).Seconds())
-			}
-			if err := f.Barrier(ctx); err != nil {
-				return nil, err
+			for m, mode := range modes {
+				s := &runStats{warm: max(1, int64(spec.warmup())), n: int64(spec.n), finished: make(chan struct{})}
+				st.Store(s)
+				if err := f.Barrier(ctx); err != nil {
+					return nil, err
+				}
+				if err := run(mode, size); err != nil {
+					return nil, fmt.Errorf("%s, %d-byte calls: %w", mode, size, err)
+				}
+				if f.Rank() == 0 {
+					rates[m][si] = append(rates[m][si], float64(s.n-s.warm)/time.Duration(s.end.Load()-s.start.Load()).Seconds())
+				}
+				if err := f.Barrier(ctx); err != nil {
+					return nil, err
+				}
 			}
 		}
-		if f.Rank() == 0 {
-			results = append(results, newResult(mode, f.Transports(), size, spec.n, rates))
+	}
+	if f.Rank() != 0 {
+		return nil, nil
+	}
+	var results []Result
+	for m, mode := range modes {
+		for si, size := range spec.sizes {
+			results = append(results, newResult(mode, f.Transports(), size, spec.n, rates[m][si]))
 		}
 	}
 	return results, nil

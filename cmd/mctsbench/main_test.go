@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,6 +80,59 @@ func TestMicroSendSmoke(t *testing.T) {
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
 			runMicro(t, args, mode, tr, 2)
 		})
+	}
+}
+
+// TestMicroModesInterleaved: several fabric modes in one job take turns
+// run by run, and the results still come mode by mode, size by size, each
+// the median of its own repetitions.
+func TestMicroModesInterleaved(t *testing.T) {
+	args := []string{"micro", "-mode", "write,trad,ovfl", "-sizes", "8,64", "-n", "500", "-reps", "2", "-json"}
+	t.Setenv(microArgsEnv, strings.Join(args, " "))
+	var out, errb bytes.Buffer
+	if code := run(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r Result
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Reps != 2 || r.CallsPerS <= 0 {
+			t.Fatalf("bad result %q: %v", l, err)
+		}
+		got = append(got, fmt.Sprintf("%s/%d", r.Mode, r.Size))
+	}
+	if want := "write/8 write/64 trad/8 trad/64 ovfl/8 ovfl/64"; strings.Join(got, " ") != want {
+		t.Errorf("results %v, want %s", got, want)
+	}
+}
+
+// fakeJob is one rank 0 alone: barriers pass, every run takes a moment.
+type fakeJob struct{}
+
+func (fakeJob) Barrier(context.Context) error { return nil }
+func (fakeJob) Rank() int                     { return 0 }
+func (fakeJob) Transports() string            { return "shm" }
+
+// The runs themselves alternate between the modes within every repetition.
+func TestFabricModesTakeTurns(t *testing.T) {
+	var st atomic.Pointer[runStats]
+	var order []string
+	spec := rawSpec{sizes: []int{8, 64}, n: 10, reps: 2}
+	rs, err := runFabricModesOn(context.Background(), fakeJob{}, []string{"write", "ovfl"}, spec, &st, func(mode string, size int) error {
+		order = append(order, fmt.Sprintf("%s/%d", mode, size))
+		s := st.Load()
+		s.start.Store(1)
+		s.end.Store(int64(1 + size)) // a rate to tell the runs apart
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "write/8 ovfl/8 write/8 ovfl/8 write/64 ovfl/64 write/64 ovfl/64"; strings.Join(order, " ") != want {
+		t.Errorf("runs %v, want %s", order, want)
+	}
+	if len(rs) != 4 || rs[0].Mode != "write" || rs[0].Size != 8 || rs[1].Mode != "write" || rs[1].Size != 64 || rs[2].Mode != "ovfl" || rs[0].Reps != 2 || rs[0].CallsPerS <= rs[1].CallsPerS {
+		t.Errorf("results %+v", rs)
 	}
 }
 
