@@ -110,30 +110,27 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	spec := rawSpec{transport: *transport, sizes: sz, n: *n, reps: *reps}
 	var all []Result
 	var fabricModes []string // run together in one job, after the others
+	var pairModes []string   // limit and raw: each run starts its own second process
 	for _, mode := range strings.Split(*modes, ",") {
-		var rs []Result
-		var err error
 		switch mode {
-		case "raw":
+		case "raw", "limit":
 			if underLauncher() {
-				// raw starts its own second process; as a rank of a job it
-				// would start one per rank.
+				// They start their own second process; as a rank of a job
+				// they would start one per rank.
 				continue
 			}
-			rs, err = runRaw(spec)
-		case "limit":
-			if underLauncher() {
-				continue
-			}
-			rs, err = runLimit(spec)
+			pairModes = append(pairModes, mode)
 		case "send", "write", "trad", "ovfl":
 			fabricModes = append(fabricModes, mode)
 		default:
 			fmt.Fprintf(stderr, "mctsbench micro: unknown mode %q (want limit, raw, send, write, trad, ovfl)\n", mode)
 			return 2
 		}
+	}
+	if len(pairModes) > 0 {
+		rs, err := takeTurns(pairModes, spec, map[string]func(rawSpec) ([]Result, error){"raw": runRaw, "limit": runLimit})
 		if err != nil {
-			fmt.Fprintf(stderr, "mctsbench micro: %s: %v\n", mode, err)
+			fmt.Fprintf(stderr, "mctsbench micro: %v\n", err)
 			return 1
 		}
 		all = append(all, rs...)
@@ -153,6 +150,42 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// takeTurns runs modes one repetition at a time, each mode once per
+// round (raw / limit compares runs of the same spell of the machine, whose
+// regime changes over minutes), and returns each mode's results, by size,
+// as the median of its rounds.
+func takeTurns(modes []string, spec rawSpec, run map[string]func(rawSpec) ([]Result, error)) ([]Result, error) {
+	once := spec
+	once.reps = 1
+	rates := map[string][][]float64{} // mode → size index → rounds
+	transports := map[string]string{}
+	for rep := 0; rep < spec.reps; rep++ {
+		for _, mode := range modes {
+			rs, err := run[mode](once)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mode, err)
+			}
+			if len(rs) != len(spec.sizes) {
+				return nil, fmt.Errorf("%s: %d results for %d sizes", mode, len(rs), len(spec.sizes))
+			}
+			if rates[mode] == nil {
+				rates[mode] = make([][]float64, len(spec.sizes))
+			}
+			for i, r := range rs {
+				rates[mode][i] = append(rates[mode][i], r.CallsPerS)
+				transports[mode] = r.Transport
+			}
+		}
+	}
+	var out []Result
+	for _, mode := range modes {
+		for i, size := range spec.sizes {
+			out = append(out, newResult(mode, transports[mode], size, spec.n, rates[mode][i]))
+		}
+	}
+	return out, nil
 }
 
 // peerProfileEnv, set by micro -cpuprofile, makes the self-launched second

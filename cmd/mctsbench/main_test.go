@@ -136,6 +136,37 @@ func TestFabricModesTakeTurns(t *testing.T) {
 	}
 }
 
+// limit and raw take turns too: one repetition of each per round.
+func TestPairModesTakeTurns(t *testing.T) {
+	var order []string
+	fake := func(mode string, rate float64) func(rawSpec) ([]Result, error) {
+		round := 0
+		return func(s rawSpec) ([]Result, error) {
+			if s.reps != 1 {
+				t.Errorf("%s asked for %d repetitions at once", mode, s.reps)
+			}
+			order = append(order, mode)
+			round++
+			var rs []Result
+			for _, size := range s.sizes {
+				rs = append(rs, newResult(mode, "shm", size, s.n, []float64{rate * float64(round)}))
+			}
+			return rs, nil
+		}
+	}
+	spec := rawSpec{sizes: []int{8, 64}, n: 10, reps: 3}
+	rs, err := takeTurns([]string{"limit", "raw"}, spec, map[string]func(rawSpec) ([]Result, error){"limit": fake("limit", 100), "raw": fake("raw", 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "limit raw limit raw limit raw"; strings.Join(order, " ") != want {
+		t.Errorf("runs %v, want %s", order, want)
+	}
+	if len(rs) != 4 || rs[0].Mode != "limit" || rs[1].Size != 64 || rs[2].Mode != "raw" || rs[0].CallsPerS != 200 || rs[3].CallsPerS != 20 || rs[0].Reps != 3 {
+		t.Errorf("results %+v, want limit then raw, the median of rounds 1–3 (× 2)", rs)
+	}
+}
+
 func TestBadArgumentsFailClearly(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"bogus"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown subcommand") {
