@@ -73,8 +73,9 @@ type Config struct {
 	// a buffer sent after it waited for credit), and at the end of a
 	// window's worth of buffers taken without that, gives back all but one
 	// of the fewest buffers it found waiting beyond the one taken (a
-	// consumer slower than the producer needs only one buffer ready).
-	// Starts at 2. Default false: the window is always Depth (the fixed-depth
+	// consumer slower than the producer needs only one buffer ready), but
+	// never goes below one more than the largest window that starved the
+	// consumers (ReceiverStats.Floors). Starts at 2. Default false: the window is always Depth (the fixed-depth
 	// mode). It is the receiver's choice; the sender obeys the window
 	// either way. The ring memory is registered for Depth regardless:
 	// the window bounds what is in flight, not what is registered.

@@ -56,7 +56,9 @@
 // pace: it doubles when a consumer waited for a buffer the window held
 // back (the sender marks buffers it had to wait credit for), and over an
 // epoch of a window's worth of buffers without such a wait it gives back
-// all but one of the spare buffers it always found waiting. The seed
+// all but one of the spare buffers it always found waiting, down to one
+// more than the largest window that starved the consumers (shrinking
+// back to a size that starved them only buys the next stall). The seed
 // moves registered buffers between a pool and the connections; here the
 // ring is registered at Depth once and the window bounds what is in
 // flight, which is what decides the throughput (Receiver.Stats counts the

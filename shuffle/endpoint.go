@@ -668,8 +668,10 @@ type recvSrc struct {
 	index      int
 	creditSent uint64
 	// The adaptive window's epoch: buffers left in it, and the fewest
-	// spare buffers seen in it.
+	// spare buffers seen in it; floor is one more than the largest window
+	// that starved the consumers, below which it never shrinks.
 	epochLeft, minSpare int
+	floor               int
 }
 
 // creditRing bounds the credit writes in flight per source.
@@ -870,11 +872,18 @@ func (r *Receiver) arrived(s *recvSrc, seq uint64) bool {
 // buffers taken without starving, the fewest buffers found waiting beyond
 // the one taken (the spare) is what the window could do without, all but
 // one (the seed retires all but one buffer; keeping one spare keeps the
-// next GetData from waiting). The new window reaches the sender with the
-// next credit. mu is held.
+// next GetData from waiting), but never below the floor: one more than
+// the largest window that starved the consumers. Without the floor the
+// window went back down to a size that had starved them as soon as a
+// burst left buffers waiting, and starved them again: 20–45 shrinks and
+// as many growths per 512 MiB, and repartition at 0.72 of the fixed
+// window's throughput (median of nine interleaved rounds; 0.90 with the
+// floor). The new window reaches the sender with the next credit. mu is
+// held.
 func (r *Receiver) adapt(s *recvSrc, stalled bool, spare int) {
 	if stalled {
 		if s.window < r.cfg.Depth {
+			s.floor = max(s.floor, s.window+1)
 			s.window = min(r.cfg.Depth, 2*s.window)
 			r.grows++
 			r.maxWindow = max(r.maxWindow, s.window)
@@ -887,7 +896,7 @@ func (r *Receiver) adapt(s *recvSrc, stalled bool, spare int) {
 	}
 	s.minSpare = min(s.minSpare, spare)
 	if s.epochLeft--; s.epochLeft == 0 && s.minSpare > 1 {
-		s.window = max(1, s.window-(s.minSpare-1))
+		s.window = max(1, s.floor, s.window-(s.minSpare-1))
 		r.shrinks++
 	}
 }
@@ -900,6 +909,10 @@ type ReceiverStats struct {
 	// reached.
 	Windows   []int
 	MaxWindow int
+	// Floors is each source's floor: one more than the largest window
+	// that starved its consumers (0: none has), the least the window
+	// shrinks to.
+	Floors []int
 }
 
 // Stats returns the receiver's window statistics.
@@ -909,6 +922,7 @@ func (r *Receiver) Stats() ReceiverStats {
 	st := ReceiverStats{Grows: r.grows, Shrinks: r.shrinks, MaxWindow: r.maxWindow}
 	for _, s := range r.srcs {
 		st.Windows = append(st.Windows, s.window)
+		st.Floors = append(st.Floors, s.floor)
 	}
 	return st
 }

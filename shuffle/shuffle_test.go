@@ -520,13 +520,15 @@ func TestSection6_AdaptiveWindow(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 				slowed := r.Stats()
-				// Above initialWindow in the fast phase, down to it or below
-				// while the consumer is slow (a scheduling hiccup may grow it
-				// again for a while: the least is what is checked).
-				if slowed.Shrinks == 0 || least > initialWindow {
-					t.Errorf("a consumer slower than its sender: window down to %d after %d shrinks, want ≤ %d", least, slowed.Shrinks, initialWindow)
+				// Above initialWindow in the fast phase, down to its floor
+				// (one more than the largest window that starved the
+				// consumer) or below while the consumer is slow (a
+				// scheduling hiccup may grow it again for a while: the
+				// least is what is checked).
+				if want := max(initialWindow, slowed.Floors[0]); slowed.Shrinks == 0 || least > want || least >= grown.MaxWindow {
+					t.Errorf("a consumer slower than its sender: window down to %d after %d shrinks, want ≤ %d and < %d", least, slowed.Shrinks, want, grown.MaxWindow)
 				}
-				t.Logf("fast: %d grows, %d shrinks, window up to %d; slow: window down to %d, %d shrinks", grown.Grows, grown.Shrinks, grown.MaxWindow, least, slowed.Shrinks)
+				t.Logf("fast: %d grows, %d shrinks, window up to %d; slow: window down to %d (floor %d), %d shrinks", grown.Grows, grown.Shrinks, grown.MaxWindow, least, slowed.Floors[0], slowed.Shrinks)
 				// The stream still ends.
 				for {
 					in, err := r.GetData(ctx)
@@ -548,6 +550,43 @@ func TestSection6_AdaptiveWindow(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSection6_AdaptiveFloor (seed 004 §6): a window that starved its
+// consumer is not shrunk back to that size, however many buffers wait;
+// one that never starved it shrinks to one spare.
+func TestSection6_AdaptiveFloor(t *testing.T) {
+	r := &Receiver{cfg: Config{Depth: 32, Adaptive: true}}
+	s := &recvSrc{window: initialWindow}
+	epoch := func(spare int) {
+		for n := s.window; n > 0; n-- {
+			r.adapt(s, false, spare)
+		}
+	}
+	r.adapt(s, true, 0) // 2 starved: 4
+	r.adapt(s, true, 0) // 4 starved: 8
+	if s.window != 8 || s.floor != 5 {
+		t.Fatalf("after two starvations: window %d, floor %d; want 8 and 5", s.window, s.floor)
+	}
+	epoch(7) // seven waiting beyond the one taken throughout
+	if s.window != 5 {
+		t.Errorf("a surplus epoch shrank the window to %d, want its floor 5", s.window)
+	}
+	epoch(4)
+	if s.window != 5 {
+		t.Errorf("the window went below its floor: %d", s.window)
+	}
+	r.adapt(s, true, 0) // 5 starved: 10, floor 6
+	epoch(9)
+	if s.window != 6 || s.floor != 6 {
+		t.Errorf("after starving at 5: window %d, floor %d; want 6 and 6", s.window, s.floor)
+	}
+	fresh := &recvSrc{window: 16}
+	s = fresh
+	epoch(15)
+	if s.window != 2 {
+		t.Errorf("a window that never starved shrank to %d, want 2 (one spare)", s.window)
 	}
 }
 
