@@ -177,36 +177,6 @@ type exchanger interface {
 // runShuffle runs every implementation in one job; rank 0 returns the
 // results, the other ranks nil.
 func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
-	h := dsfabric.NewHandlers()
-	w, err := shuffle.NewWiring(h)
-	if err != nil {
-		return nil, err
-	}
-	// Room for every report of the run: the handler must never block the
-	// service thread (rank 0's own report comes through it), and a rank may
-	// run ahead by an impl that needs no peers (memcpy), which once filled a
-	// channel of one report per rank and hung the run.
-	reports := make(chan shuffleReport, o.procs*len(o.impls))
-	hReport, _ := h.Register("shufflebench.report", func(c *dsfabric.Call, a []byte) ([]byte, error) {
-		var r shuffleReport
-		if err := json.Unmarshal(a, &r); err != nil {
-			return nil, err
-		}
-		reports <- r
-		return nil, nil
-	})
-	addrs := make(chan [2]string, o.procs)
-	hAddr, _ := h.Register("shufflebench.addr", func(c *dsfabric.Call, a []byte) ([]byte, error) {
-		addrs <- [2]string{fmt.Sprint(c.Fabric.Names().Rank(c.Src)), string(a)}
-		return nil, nil
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: o.procs, ThreadsPerProcess: 1, Transport: o.transport, Handlers: h, Stdout: stderr})
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var cells []shuffleCell
 	for _, impl := range o.impls {
 		switch impl {
@@ -220,20 +190,47 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 			return nil, fmt.Errorf("unknown -impl %q", impl)
 		}
 	}
+	h := dsfabric.NewHandlers()
+	w, err := shuffle.NewWiring(h)
+	if err != nil {
+		return nil, err
+	}
+	// Room for every report of the run: the handler must never block the
+	// service thread (rank 0's own report comes through it), and a rank may
+	// run ahead by an impl that needs no peers (memcpy), which once filled a
+	// channel of one report per rank and hung the run.
+	j := &shuffleJob{o: o, w: w, reports: make(chan shuffleReport, o.procs*len(cells)*o.reps), addrs: make(chan [2]string, o.procs)}
+	j.hReport, _ = h.Register("shufflebench.report", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+		var r shuffleReport
+		if err := json.Unmarshal(a, &r); err != nil {
+			return nil, err
+		}
+		j.reports <- r
+		return nil, nil
+	})
+	j.hAddr, _ = h.Register("shufflebench.addr", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+		j.addrs <- [2]string{fmt.Sprint(c.Fabric.Names().Rank(c.Src)), string(a)}
+		return nil, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if j.f, err = dsfabric.Start(ctx, dsfabric.Config{Procs: o.procs, ThreadsPerProcess: 1, Transport: o.transport, Handlers: h, Stdout: stderr}); err != nil {
+		return nil, err
+	}
+	defer j.f.Close()
 	// Run by run, every cell once: a slow spell of the machine then falls
 	// on every cell alike instead of on the ones measured during it.
 	runs := make([][]ShuffleResult, len(cells))
-	var early reportQueue
 	for rep := 0; rep < o.reps; rep++ {
 		for i, c := range cells {
-			r, err := runShuffleCell(ctx, f, o, c, fmt.Sprintf("%s/%s/%d", c.impl, c.buffers, rep), reports, &early, hReport, hAddr, addrs, w)
+			r, err := j.run(ctx, c, fmt.Sprintf("%s/%s/%d", c.impl, c.buffers, rep))
 			if err != nil {
 				return nil, err
 			}
 			runs[i] = append(runs[i], r)
 		}
 	}
-	if f.Rank() != 0 {
+	if j.f.Rank() != 0 {
 		return nil, nil
 	}
 	out := make([]ShuffleResult, len(cells))
@@ -241,6 +238,18 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 		out[i] = medianShuffle(rs)
 	}
 	return out, nil
+}
+
+// shuffleJob is what every run of a command shares: the job, its
+// handlers, and rank 0's reports.
+type shuffleJob struct {
+	o              shuffleOpts
+	f              *dsfabric.Fabric
+	w              *shuffle.Wiring
+	reports        chan shuffleReport
+	early          reportQueue // reports that came before rank 0 asked for their run
+	hReport, hAddr dsfabric.HandlerID
+	addrs          chan [2]string // socket: the peers' listening addresses
 }
 
 // spread says, for a median of several runs, how many and their range.
@@ -265,17 +274,18 @@ type shuffleCell struct {
 	impl, buffers string
 }
 
-// runShuffleCell runs one cell once on every rank; rank 0 gathers the
-// reports (label names this run in them) and returns the result.
-func runShuffleCell(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, c shuffleCell, label string, reports <-chan shuffleReport, early *reportQueue, hReport, hAddr dsfabric.HandlerID, addrs chan [2]string, w *shuffle.Wiring) (ShuffleResult, error) {
+// run runs one cell once on every rank; rank 0 gathers the reports (label
+// names this run in them) and returns the result.
+func (j *shuffleJob) run(ctx context.Context, c shuffleCell, label string) (ShuffleResult, error) {
+	o, f := j.o, j.f
 	o.adaptive = c.buffers == "adaptive"
 	var x exchanger
 	switch c.impl {
 	case "wr", "rd", "sr":
 		d, _ := shuffle.ParseDesign(c.impl)
-		x = &oursExchanger{w: w, f: f, o: o, design: d}
+		x = &oursExchanger{w: j.w, f: f, o: o, design: d}
 	case "socket":
-		x = &socketExchanger{f: f, o: o, hAddr: hAddr, addrs: addrs}
+		x = &socketExchanger{f: f, o: o, hAddr: j.hAddr, addrs: j.addrs}
 	}
 	var rep shuffleReport
 	stages := 1
@@ -302,7 +312,7 @@ func runShuffleCell(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, c sh
 	rep.Rank, rep.Impl = f.Rank(), label
 	b, _ := json.Marshal(rep)
 	src := dsfabric.ThreadID(f.Rank())
-	if _, err := f.CallServiceReturn(ctx, src, 0, hReport, b); err != nil {
+	if _, err := f.CallServiceReturn(ctx, src, 0, j.hReport, b); err != nil {
 		return ShuffleResult{}, err
 	}
 	if f.Rank() != 0 {
@@ -310,7 +320,7 @@ func runShuffleCell(ctx context.Context, f *dsfabric.Fabric, o shuffleOpts, c sh
 	}
 	var all []shuffleReport
 	for len(all) < o.procs {
-		r, err := early.next(ctx, reports, label)
+		r, err := j.early.next(ctx, j.reports, label)
 		if err != nil {
 			return ShuffleResult{}, err
 		}
