@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -111,7 +112,12 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var all []Result
 	var fabricModes []string // run together in one job, after the others
 	var pairModes []string   // limit and raw: each run starts its own second process
-	for _, mode := range strings.Split(*modes, ",") {
+	ms := strings.Split(*modes, ",")
+	for i, mode := range ms {
+		if slices.Contains(ms[:i], mode) {
+			fmt.Fprintf(stderr, "mctsbench micro: -mode names %s twice\n", mode)
+			return 2
+		}
 		switch mode {
 		case "raw", "limit":
 			if underLauncher() {

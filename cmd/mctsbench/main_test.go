@@ -179,6 +179,10 @@ func TestBadArgumentsFailClearly(t *testing.T) {
 	if code := run([]string{"micro", "-mode", "bogus"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown mode") {
 		t.Errorf("unknown mode: %d %q", code, errb.String())
 	}
+	errb.Reset()
+	if code := run([]string{"micro", "-mode", "raw,write,raw"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "names raw twice") {
+		t.Errorf("a mode named twice: %d %q", code, errb.String())
+	}
 	if code := run([]string{"micro", "-sizes", "8,x"}, nil, &out, &errb); code != 2 {
 		t.Errorf("bad sizes accepted")
 	}
