@@ -896,8 +896,10 @@ func (r *Receiver) adapt(s *recvSrc, stalled bool, spare int) {
 	}
 	s.minSpare = min(s.minSpare, spare)
 	if s.epochLeft--; s.epochLeft == 0 && s.minSpare > 1 {
-		s.window = max(1, s.floor, s.window-(s.minSpare-1))
-		r.shrinks++
+		if w := max(1, s.floor, s.window-(s.minSpare-1)); w < s.window {
+			s.window = w
+			r.shrinks++
+		}
 	}
 }
 

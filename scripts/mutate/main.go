@@ -173,7 +173,7 @@ var mutations = []mutation{
 		Old: "s.window = min(r.cfg.Depth, 2*s.window)", New: "s.window = min(r.cfg.Depth, s.window)"},
 	{Name: "adaptive-floor", Focus: "TestSection6_AdaptiveFloor", Rule: "an adaptive window never shrinks back to a size that starved its consumer",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
-		Old: "s.window = max(1, s.floor, s.window-(s.minSpare-1))", New: "s.window = max(1, s.window-(s.minSpare-1))"},
+		Old: "w := max(1, s.floor, s.window-(s.minSpare-1))", New: "w := max(1, s.window-(s.minSpare-1))"},
 	{Name: "ring-dequeue-soon", Focus: "TestRingDequeueSoon", Rule: "an enqueue under way does not make a ring look empty",
 		File: "dtutils/ring.go", Pkg: "./dtutils",
 		Old: "for end := time.Now().Add(d); int64(r.enqPos().Load()-r.deqPos().Load()) > 0; {", New: "for end := time.Now().Add(d); false; {"},
