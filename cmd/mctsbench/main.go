@@ -2,8 +2,8 @@
 // paper's microbenchmarks.
 //
 //	mctsbench demo    [-procs P] [-threads T] [-board N] [-visits V] [-moves M] ...
-//	mctsbench micro   [-mode raw,send,write,trad,ovfl] [-sizes 8,64,256] [-n N]
-//	                  [-reps R] [-transport shm|tcp|ofi] [-json]
+//	mctsbench micro   [-mode limit,raw,send,write,trad,ovfl] [-sizes 8,64,256] [-n N]
+//	                  [-reps R (the modes take turns)] [-transport shm|tcp|ofi] [-json]
 //	mctsbench latency [-size 8] [-n N] [-json]
 //	mctsbench htp     (Hex engine on stdin/stdout)
 //	mctsbench scale   [-configs seq,1x1,1x2,2x1] [-visits V] [-moves M] [-png F] [-json]
@@ -12,7 +12,8 @@
 //	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
 //	mctsbench conn    [-modes conn,unix,tcp] [-n N] [-stream-sizes 64,4096,65536] [-json]
 //	mctsbench rdmo    [-transports shm,tcp] [-initiators 1,4] [-n N] [-json]
-//	mctsbench shuffle repartition|broadcast [-procs 2] [-threads 1] [-impl wr,rd,socket] [-mb 256] [-json]
+//	mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket,memcpy]
+//	                  [-buffers fixed,adaptive] [-reps R] [-mb 256] [-orders N] [-json]
 //
 // See docs/design.md §8.
 package main
