@@ -883,7 +883,7 @@ func (r *Receiver) arrived(s *recvSrc, seq uint64) bool {
 func (r *Receiver) adapt(s *recvSrc, stalled bool, spare int) {
 	if stalled {
 		if s.window < r.cfg.Depth {
-			s.floor = max(s.floor, s.window+1)
+			s.floor = s.window + 1 // the window never goes below the floor: this raises it
 			s.window = min(r.cfg.Depth, 2*s.window)
 			r.grows++
 			r.maxWindow = max(r.maxWindow, s.window)

@@ -83,10 +83,11 @@ func TestMicroSendSmoke(t *testing.T) {
 	}
 }
 
-// TestMicroModesInterleaved: several fabric modes in one job take turns
-// run by run, and the results still come mode by mode, size by size, each
-// the median of its own repetitions.
-func TestMicroModesInterleaved(t *testing.T) {
+// TestMicroModesOneJob: several fabric modes run for real in one job still
+// give their results mode by mode, size by size, each the median of its
+// own repetitions (the order of the runs themselves is
+// TestFabricModesTakeTurns's).
+func TestMicroModesOneJob(t *testing.T) {
 	args := []string{"micro", "-mode", "write,trad,ovfl", "-sizes", "8,64", "-n", "500", "-reps", "2", "-json"}
 	t.Setenv(microArgsEnv, strings.Join(args, " "))
 	var out, errb bytes.Buffer

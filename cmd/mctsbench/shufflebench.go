@@ -120,6 +120,12 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders, -reps ≥ 1, -orders × -procs < 2³², -record ≥ 16, -mb ≥ 1, -config se|me")
 		return 2
 	}
+	for _, b := range o.buffers {
+		if b != "fixed" && b != "adaptive" {
+			fmt.Fprintf(stderr, "mctsbench shuffle: -buffers: %q is neither fixed nor adaptive\n", b)
+			return 2
+		}
+	}
 	for _, l := range []struct {
 		flag string
 		xs   []string
@@ -127,10 +133,6 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 		for i, x := range l.xs {
 			if slices.Contains(l.xs[:i], x) {
 				fmt.Fprintf(stderr, "mctsbench shuffle: %s names %s twice\n", l.flag, x)
-				return 2
-			}
-			if l.flag == "-buffers" && x != "fixed" && x != "adaptive" {
-				fmt.Fprintf(stderr, "mctsbench shuffle: -buffers: %q is neither fixed nor adaptive\n", x)
 				return 2
 			}
 		}
