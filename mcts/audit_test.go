@@ -17,11 +17,9 @@ func (d *Distributed) audit(t *testing.T) {
 	playouts := uint32(d.cfg.Playouts)
 	byRef := map[ref]*node{}
 	for _, w := range d.workers {
-		w.arena.mu.Lock()
-		for i, n := range w.arena.nodes {
-			byRef[ref{uint32(w.id), uint32(i)}] = n
-		}
-		w.arena.mu.Unlock()
+		w.arena.each(func(i uint32, n *node) {
+			byRef[ref{uint32(w.id), i}] = n
+		})
 	}
 	for at, n := range byRef {
 		n.mu.Lock()

@@ -89,13 +89,6 @@ type request struct {
 	stop  bool
 }
 
-// arena holds the nodes a thread owns in the current epoch.
-type arena struct {
-	mu    sync.Mutex
-	epoch uint32
-	nodes []*node
-}
-
 // worker is one worker thread's side of the search.
 type worker struct {
 	d         *Distributed
@@ -463,31 +456,13 @@ func (w *worker) lookup(r ref, e uint32) *node {
 	if o == nil {
 		return nil
 	}
-	ar := &o.arena
-	ar.mu.Lock()
-	defer ar.mu.Unlock()
-	if ar.epoch < e {
-		ar.epoch, ar.nodes = e, nil
-	}
-	if ar.epoch != e || int(r.idx) >= len(ar.nodes) {
-		return nil
-	}
-	return ar.nodes[r.idx]
+	return o.arena.get(e, r.idx)
 }
 
 // add puts n in thread owner's arena for epoch e and returns its name.
 func (w *worker) add(owner uint32, e uint32, n *node) (ref, bool) {
-	ar := &w.d.local(dsfabric.ThreadID(owner)).arena
-	ar.mu.Lock()
-	defer ar.mu.Unlock()
-	if ar.epoch < e {
-		ar.epoch, ar.nodes = e, nil
-	}
-	if ar.epoch != e {
-		return ref{}, false
-	}
-	ar.nodes = append(ar.nodes, n)
-	return ref{owner: owner, idx: uint32(len(ar.nodes) - 1)}, true
+	idx, ok := w.d.local(dsfabric.ThreadID(owner)).arena.add(e, n)
+	return ref{owner: owner, idx: idx}, ok
 }
 
 // do runs an action: one method per kind of call. A switch and not a table
