@@ -75,17 +75,18 @@ func TestArenaLockFreeLookups(t *testing.T) {
 		t.Errorf("each saw %d nodes, want %d", count, total)
 	}
 	// A call of a newer phase empties the arena; the older phase's calls
-	// then find nothing, and its late nodes are refused.
+	// then find nothing, not even the newer phase's node of the same
+	// index, and its late nodes are refused.
 	if n := ar.get(2, 0); n != nil {
 		t.Errorf("epoch 2 found node 0 of epoch 1")
+	}
+	if idx, ok := ar.add(2, nodes[1]); !ok || idx != 0 || ar.get(2, 0) != nodes[1] {
+		t.Errorf("epoch 2's first node: index %d, ok %v", idx, ok)
 	}
 	if n := ar.get(1, 0); n != nil {
 		t.Errorf("a stale lookup (epoch 1) found a node after epoch 2 began")
 	}
 	if _, ok := ar.add(1, nodes[0]); ok {
 		t.Errorf("a node of a finished epoch was added")
-	}
-	if idx, ok := ar.add(2, nodes[1]); !ok || idx != 0 || ar.get(2, 0) != nodes[1] {
-		t.Errorf("epoch 2's first node: index %d, ok %v", idx, ok)
 	}
 }
