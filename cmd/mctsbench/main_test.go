@@ -549,6 +549,41 @@ func TestShuffleSmoke(t *testing.T) {
 	}
 }
 
+// TestFoldShuffle: make bench runs the MPI peer and our implementations in
+// turns, one command per round; the report folds each cell's lines into
+// one median, and keeps cells apart (here by impl and by window mode).
+func TestFoldShuffle(t *testing.T) {
+	mpi := func(gb float64) ShuffleResult {
+		return ShuffleResult{Pattern: "repartition", Impl: "mpi", Config: "-", Transport: "mpi", Procs: 2, Threads: 1, Bytes: 512 << 20, GBPerSPerProc: gb, OK: true, Reps: 1, Min: gb, Max: gb}
+	}
+	wr := func(gb float64, buffers string) ShuffleResult {
+		return ShuffleResult{Pattern: "repartition", Impl: "wr", Config: "se", Buffers: buffers, Transport: "shm", Procs: 2, Threads: 1, Bytes: 512 << 20, GBPerSPerProc: gb, OK: true, Reps: 1}
+	}
+	// A line that is already a median of its own runs keeps its range.
+	ranged := wr(3, "fixed")
+	ranged.Reps, ranged.Min, ranged.Max = 3, 0.5, 3.5
+	in := []ShuffleResult{wr(2, "fixed"), wr(1.5, "adaptive"), mpi(4), ranged, wr(1, "adaptive"), mpi(2), wr(1, "fixed"), mpi(3)}
+	in[5].OK = false
+	out := foldShuffle(in)
+	if len(out) != 3 {
+		t.Fatalf("%d lines, want 3 (wr fixed, wr adaptive, mpi): %+v", len(out), out)
+	}
+	for i, want := range []struct {
+		impl, buffers string
+		gb, lo, hi    float64
+		reps          int
+		ok            bool
+	}{{"wr", "fixed", 2, 0.5, 3.5, 5, true}, {"wr", "adaptive", 1.25, 1, 1.5, 2, true}, {"mpi", "", 3, 2, 4, 3, false}} {
+		r := out[i]
+		if r.Impl != want.impl || r.Buffers != want.buffers || r.GBPerSPerProc != want.gb || r.Min != want.lo || r.Max != want.hi || r.Reps != want.reps || r.OK != want.ok {
+			t.Errorf("line %d: %s/%s %.2f GB/s in [%.2f, %.2f] of %d runs ok=%v, want %+v", i, r.Impl, r.Buffers, r.GBPerSPerProc, r.Min, r.Max, r.Reps, r.OK, want)
+		}
+	}
+	if one := foldShuffle(in[:1]); len(one) != 1 || one[0] != in[0] {
+		t.Errorf("a cell of one line changed: %+v", one)
+	}
+}
+
 func TestMedianShuffle(t *testing.T) {
 	rs := []ShuffleResult{{Pattern: "join", Seconds: 3, OK: true}, {Pattern: "join", Seconds: 1, OK: true}, {Pattern: "join", Seconds: 2, OK: false}}
 	m := medianShuffle(rs)

@@ -162,6 +162,7 @@ func loadBench(dir string) (*benchData, error) {
 	if d.shuffle, err = readLines[ShuffleResult](filepath.Join(dir, "shuffle.json")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
+	d.shuffle = foldShuffle(d.shuffle)
 	return d, nil
 }
 
@@ -623,7 +624,7 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		return
 	}
 	w.WriteString("\n### Shuffle: repartition and broadcast against plain sockets, same run\n\n")
-	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr`, `rd` and `sr` are package shuffle's designs (one-sided write, one-sided read, send/receive), `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; the median of the command's runs (`-reps`; the implementations of one command take turns run by run), with their range; ok: every process received exactly what was sent to it (counts and checksums), in every run.\n\n| pattern | impl | config | buffers | transport | procs × threads | MiB per process | GB/s per process | runs (range) | ok |\n|---|---|---|---|---|---|---:|---:|---|---|\n")
+	w.WriteString("`mctsbench shuffle`: a job of self-launched processes; every thread generates 100-byte records and shuffles them by a hash (repartition) or to every process (broadcast) through 16 KiB buffers. `wr`, `rd` and `sr` are package shuffle's designs (one-sided write, one-sided read, send/receive), `socket` the same operators over one plain Go TCP connection per pair of processes, batching to the same buffer size (seed 000's baseline). GB/s per process: record bytes a process received over its time, averaged over the processes; the median of the runs, with their range (the implementations of one command take turns run by run, `-reps`; make bench runs one command per round with the MPI peer in turns with it, and each line is the median over the rounds); ok: every process received exactly what was sent to it (counts and checksums), in every run.\n\n| pattern | impl | config | buffers | transport | procs × threads | MiB per process | GB/s per process | runs (range) | ok |\n|---|---|---|---|---|---|---:|---:|---|---|\n")
 	best := map[string]float64{}
 	bufs := map[string]float64{} // the best repartition over shm, by buffers
 	peer := map[string]float64{} // pattern/impl of the peers
@@ -681,5 +682,5 @@ func (d *benchData) shuffleSection(w *strings.Builder) {
 		}
 		goal(w, "join: socket seconds / best of wr, rd, sr seconds", v, 1.5, true)
 	}
-	w.WriteString("\nThe MPI peer is bench/mpi/csrc/shuffle.c under Open MPI's mpirun (MPI_Alltoallv for repartition, MPI_Allgather for broadcast; the same records; its time includes packing by destination). `memcpy` is the ceiling: the same records generated and copied, batched, within each process. Over tcp our designs run on dtutils' tcp transport between the processes, for reference (the goals are stated for one machine).\n\n")
+	w.WriteString("\nThe MPI peer is bench/mpi/csrc/shuffle.c under Open MPI's mpirun (MPI_Alltoallv for repartition, MPI_Allgather for broadcast; the same records; its time includes packing by destination; in make bench it runs once per round, in turns with our implementations). `memcpy` is the ceiling: the same records generated and copied, batched, within each process. Over tcp our designs run on dtutils' tcp transport between the processes, for reference (the goals are stated for one machine).\n\n")
 }

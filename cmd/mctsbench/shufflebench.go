@@ -383,6 +383,51 @@ func medianShuffle(rs []ShuffleResult) ShuffleResult {
 	return out
 }
 
+// foldShuffle merges the lines of one cell that separate commands printed
+// (make bench runs the MPI peer and our implementations in turns, one
+// command per round, so that their ratio compares runs of the same spell of
+// the machine): the median of the lines' figures, their runs added up and
+// the range over all of them. Cells keep the order of their first line.
+func foldShuffle(rs []ShuffleResult) []ShuffleResult {
+	type key struct {
+		pattern, impl, config, buffers, transport string
+		procs, threads                            int
+		bytes                                     int64
+	}
+	groups := map[key][]ShuffleResult{}
+	var order []key
+	for _, r := range rs {
+		k := key{r.Pattern, r.Impl, r.Config, r.Buffers, r.Transport, r.Procs, r.Threads, r.Bytes}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	out := make([]ShuffleResult, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		if len(g) == 1 {
+			out = append(out, g[0])
+			continue
+		}
+		m := medianShuffle(g)
+		m.Reps = 0
+		for _, r := range g {
+			lo, hi := r.Min, r.Max
+			if r.Reps < 2 { // a single run: its figure is its range
+				lo, hi = r.GBPerSPerProc, r.GBPerSPerProc
+				if r.Pattern == "join" {
+					lo, hi = r.Seconds, r.Seconds
+				}
+			}
+			m.Min, m.Max = min(m.Min, lo), max(m.Max, hi)
+			m.Reps += max(r.Reps, 1)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // reportQueue keeps the reports that came before rank 0 asked for their
 // impl: a rank runs ahead by an impl that needs no peers (memcpy).
 type reportQueue []shuffleReport
