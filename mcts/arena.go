@@ -40,7 +40,7 @@ func (ar *arena) get(e, idx uint32) *node {
 	if g == nil || g.epoch < e {
 		g = ar.begin(e)
 	}
-	if g == nil || g.epoch != e {
+	if g.epoch != e { // a stale call: its phase is over
 		return nil
 	}
 	dir := *g.dir.Load()

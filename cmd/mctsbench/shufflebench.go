@@ -410,17 +410,12 @@ func foldShuffle(rs []ShuffleResult) []ShuffleResult {
 			out = append(out, g[0])
 			continue
 		}
-		m := medianShuffle(g)
+		m := medianShuffle(g) // the range of the lines' figures
 		m.Reps = 0
 		for _, r := range g {
-			lo, hi := r.Min, r.Max
-			if r.Reps < 2 { // a single run: its figure is its range
-				lo, hi = r.GBPerSPerProc, r.GBPerSPerProc
-				if r.Pattern == "join" {
-					lo, hi = r.Seconds, r.Seconds
-				}
+			if r.Reps > 1 { // a median of its own runs: widen by their range
+				m.Min, m.Max = min(m.Min, r.Min), max(m.Max, r.Max)
 			}
-			m.Min, m.Max = min(m.Min, lo), max(m.Max, hi)
 			m.Reps += max(r.Reps, 1)
 		}
 		out = append(out, m)
