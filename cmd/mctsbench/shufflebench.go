@@ -35,6 +35,9 @@ type ShuffleResult struct {
 	// Bytes is the record bytes each process generates (repartition,
 	// broadcast).
 	Bytes int64 `json:"bytes,omitempty"`
+	// Orders is the orders each process generates (join; about 4 line
+	// items each).
+	Orders int `json:"orders,omitempty"`
 	// GBPerSPerProc is the mean over processes of the record bytes a
 	// process received over its elapsed time (from the start barrier to
 	// its last receive).
@@ -339,6 +342,7 @@ func (j *shuffleJob) run(ctx context.Context, c shuffleCell, label string) (Shuf
 		r.Transport, r.Config = "-", "-"
 	}
 	if o.pattern == "join" {
+		r.Orders = o.orders
 		r.OK = joinChecked(all, o)
 		for _, x := range all {
 			r.Seconds = max(r.Seconds, x.Seconds)
@@ -391,13 +395,13 @@ func medianShuffle(rs []ShuffleResult) ShuffleResult {
 func foldShuffle(rs []ShuffleResult) []ShuffleResult {
 	type key struct {
 		pattern, impl, config, buffers, transport string
-		procs, threads                            int
+		procs, threads, orders                    int
 		bytes                                     int64
 	}
 	groups := map[key][]ShuffleResult{}
 	var order []key
 	for _, r := range rs {
-		k := key{r.Pattern, r.Impl, r.Config, r.Buffers, r.Transport, r.Procs, r.Threads, r.Bytes}
+		k := key{r.Pattern, r.Impl, r.Config, r.Buffers, r.Transport, r.Procs, r.Threads, r.Orders, r.Bytes}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
