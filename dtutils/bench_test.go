@@ -116,6 +116,7 @@ func BenchmarkSendRecv(b *testing.B) {
 					}
 				}
 				src := a.mem(b, 0, size)
+				src.Bytes()[0] = 0xa5
 				var consumed atomic.Int64
 				var stop atomic.Bool // the sender failed: nothing more will come
 				defer stop.Store(true)
@@ -135,11 +136,11 @@ func BenchmarkSendRecv(b *testing.B) {
 						}
 						w.Reset()
 						for _, c := range cs[:n] {
-							if c.Status != StatusSuccess || c.Bytes != size {
+							// The handler reads the message.
+							if c.Status != StatusSuccess || c.Bytes != size || bufs[c.WRID].Bytes()[0] != 0xa5 {
 								done <- fmt.Errorf("receive %d: status %v, %d bytes", got, c.Status, c.Bytes)
 								return
 							}
-							_ = bufs[c.WRID].Bytes()[0] // the handler reads the message
 							if err := p.proc.PostRecv(bufs[c.WRID], c.WRID); err != nil {
 								done <- err
 								return
