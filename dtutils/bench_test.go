@@ -171,3 +171,57 @@ func BenchmarkSendRecv(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRingStream: one goroutine enqueues entries of the given size
+// into the shared-memory ring that the receive queue and completion queue
+// are built of, a second dequeues and reads them. What one message would
+// cost if a small send's payload travelled inside its completion (one ring
+// operation on each side instead of BenchmarkSendRecv's four plus the
+// payload's line): the price of the design alternative docs/benchmarks.md
+// discusses for send / write.
+func BenchmarkRingStream(b *testing.B) {
+	for _, entry := range []int{24, 56, 120} { // a 32-, 64- or 128-byte cell
+		b.Run(fmt.Sprintf("%d", entry), func(b *testing.B) {
+			mem := make([]byte, ringBytes(256, entry))
+			r, err := initRing(mem, 256, entry)
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan error, 1)
+			b.ReportAllocs()
+			b.SetBytes(int64(entry))
+			b.ResetTimer()
+			go func() {
+				e := make([]byte, entry)
+				w := HotWait{Spin: 50 * time.Microsecond, Yield: time.Second}
+				for i := 0; i < b.N; {
+					if !r.dequeue(e) {
+						w.Wait()
+						continue
+					}
+					w.Reset()
+					if e[0] != byte(i) {
+						done <- fmt.Errorf("entry %d carries %d", i, e[0])
+						return
+					}
+					i++
+				}
+				done <- nil
+			}()
+			e := make([]byte, entry)
+			w := HotWait{Spin: 50 * time.Microsecond, Yield: time.Second}
+			for i := 0; i < b.N; {
+				e[0] = byte(i)
+				if !r.enqueue(e) {
+					w.Wait()
+					continue
+				}
+				w.Reset()
+				i++
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
