@@ -126,7 +126,7 @@ func BenchmarkSendRecv(b *testing.B) {
 				b.ResetTimer()
 				go func() {
 					var cs [16]Completion
-					w := HotWait{Spin: 50 * time.Microsecond, Yield: time.Second}
+					w := benchWait()
 					for got := 0; got < b.N && !stop.Load(); {
 						n := p.proc.PollRecv(cs[:])
 						if n == 0 {
@@ -151,9 +151,7 @@ func BenchmarkSendRecv(b *testing.B) {
 					}
 					done <- nil
 				}()
-				// Both sides stay hot: this measures the data path, not
-				// the wake-ups of the sleeping phase.
-				w := HotWait{Spin: 50 * time.Microsecond, Yield: time.Second}
+				w := benchWait()
 				for i := 0; i < b.N; i++ {
 					for int64(i)-consumed.Load() >= posted {
 						a.proc.Progress()
@@ -193,7 +191,7 @@ func BenchmarkRingStream(b *testing.B) {
 			b.ResetTimer()
 			go func() {
 				e := make([]byte, entry)
-				w := HotWait{Spin: 50 * time.Microsecond, Yield: time.Second}
+				w := benchWait()
 				for i := 0; i < b.N; {
 					if !r.dequeue(e) {
 						w.Wait()
@@ -209,7 +207,7 @@ func BenchmarkRingStream(b *testing.B) {
 				done <- nil
 			}()
 			e := make([]byte, entry)
-			w := HotWait{Spin: 50 * time.Microsecond, Yield: time.Second}
+			w := benchWait()
 			for i := 0; i < b.N; {
 				e[0] = byte(i)
 				if !r.enqueue(e) {
@@ -225,3 +223,8 @@ func BenchmarkRingStream(b *testing.B) {
 		})
 	}
 }
+
+// benchWait is the wait of the streaming benchmarks' loops: both sides stay
+// hot, so that they measure the data path and not the wake-ups of the
+// sleeping phase.
+func benchWait() HotWait { return HotWait{Spin: 50 * time.Microsecond, Yield: time.Second} }

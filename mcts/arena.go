@@ -90,17 +90,3 @@ func (ar *arena) add(e uint32, n *node) (uint32, bool) {
 	g.n++
 	return idx, true
 }
-
-// each calls f with every node of the current epoch, in order (tests).
-func (ar *arena) each(f func(idx uint32, n *node)) {
-	ar.mu.Lock()
-	defer ar.mu.Unlock()
-	g := ar.cur.Load()
-	if g == nil {
-		return
-	}
-	dir := *g.dir.Load()
-	for i := uint32(0); i < g.n; i++ {
-		f(i, dir[i/arenaChunkLen][i%arenaChunkLen].Load())
-	}
-}

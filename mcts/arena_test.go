@@ -90,3 +90,17 @@ func TestArenaLockFreeLookups(t *testing.T) {
 		t.Errorf("a node of a finished epoch was added")
 	}
 }
+
+// each calls f with every node of the current epoch, in order (tests).
+func (ar *arena) each(f func(idx uint32, n *node)) {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	g := ar.cur.Load()
+	if g == nil {
+		return
+	}
+	dir := *g.dir.Load()
+	for i := uint32(0); i < g.n; i++ {
+		f(i, dir[i/arenaChunkLen][i%arenaChunkLen].Load())
+	}
+}
