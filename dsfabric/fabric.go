@@ -380,10 +380,12 @@ func (f *Fabric) TCPConfig() dtutils.TCPConfig {
 	return tc
 }
 
-// ofiConfig configures the ofi transport: the provider of
-// Config.OFIProvider, and for tcp the address to bind, chosen as
-// tcpConfig chooses what to advertise.
-func (f *Fabric) ofiConfig() dtutils.OFIConfig {
+// OFIConfig is the configuration this fabric gives its ofi providers: the
+// provider of Config.OFIProvider, the one-sided path of
+// Config.OFIOneSided, and for tcp the address to bind, chosen as TCPConfig
+// chooses what to advertise. Layers that make ofi providers of their own
+// (package shuffle) use it to reach the peers the same way.
+func (f *Fabric) OFIConfig() dtutils.OFIConfig {
 	oc := dtutils.DefaultOFIConfig()
 	oc.Logger = f.log
 	if f.cfg.OFIProvider != "" {
@@ -453,7 +455,7 @@ func (f *Fabric) connectSetup(with []int) ([]epEntry, error) {
 		switch {
 		case f.cfg.Transport == "ofi":
 			if ofi == nil {
-				if ofi, err = dtutils.NewOFI(f.proc, f.ofiConfig()); err != nil {
+				if ofi, err = dtutils.NewOFI(f.proc, f.OFIConfig()); err != nil {
 					return nil, err
 				}
 				f.provs = append(f.provs, ofi)

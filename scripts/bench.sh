@@ -82,6 +82,10 @@ fi
 	if [ -n "$have_mpi" ]; then mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/shuffle-mpi" broadcast 256 100 1; fi
   done
   "$BIN/mctsbench" shuffle repartition -mb 256 -impl wr,rd,sr -transport tcp -json
+  # Over libfabric too (its tcp and shm providers), for reference.
+  if [ -x "$BIN/mctsbench-ofi" ]; then for pr in tcp shm; do
+	FI_PROVIDER=$pr "$BIN/mctsbench-ofi" shuffle repartition -mb 256 -impl wr,rd,sr -transport ofi -json
+  done; fi
   # Two sizes: a 500 000-order join lasts ~70 ms, within the VM's
   # scheduling noise (runs range ±40 %); 2 000 000 orders last ~0.3 s.
   "$BIN/mctsbench" shuffle join -orders 500000 -reps 5 -json

@@ -3,8 +3,8 @@
 # default build stays pure Go. The tagged pass runs the packages whose
 # tests range over transports, with the race detector: the transport
 # suite, the Transmitter hammer, the RDMO suite, cross-process, two-host (network
-# namespaces) and fault tests, dsfabric and riutils jobs, mctsbench's
-# smoke tests. Provider: FI_PROVIDER, else tcp (tcp;ofi_rxm), then shm for
+# namespaces) and fault tests, dsfabric, riutils and shuffle jobs,
+# mctsbench's smoke tests. Provider: FI_PROVIDER, else tcp (tcp;ofi_rxm), then shm for
 # the cross-process tests.
 set -u
 GO=${GO:-go}
@@ -24,7 +24,7 @@ if ! command -v "${CC:-gcc}" >/dev/null 2>&1; then
 fi
 $GO vet -tags ofi ./... || exit 1
 # shellcheck disable=SC2086
-GO=$GO sh scripts/gotest.sh $TESTFLAGS -count=1 -tags ofi ./dtutils ./dsfabric ./riutils ./rdmo ./cmd/mctsbench || exit 1
+GO=$GO sh scripts/gotest.sh $TESTFLAGS -count=1 -tags ofi ./dtutils ./dsfabric ./riutils ./rdmo ./shuffle ./cmd/mctsbench || exit 1
 # libfabric's shm provider: the cross-process tests (atomics, seal
 # visibility, a peer killed mid-stream). The in-process suite passes most
 # runs over shm too, but not every one: after one endpoint of a process

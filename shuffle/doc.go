@@ -16,8 +16,8 @@
 // SE) or each have their own (multi-endpoint, ME).
 //
 // Wiring: every send endpoint is connected to every receive endpoint by a
-// pair of connected queue pairs (loop within a process, shm or tcp between
-// processes). The receiver's Offer(i) describes its ring for source i; the
+// pair of connected queue pairs (loop within a process, shm, tcp or ofi
+// between processes). The receiver's Offer(i) describes its ring for source i; the
 // sender's Attach(d, qp, offer) returns its own description, which the
 // receiver's Attach(i, qp, ...) takes. The descriptions are the only
 // thing to exchange out of band (docs/wire.md, "shuffle").
@@ -92,4 +92,9 @@
 // same connections (Share), each with its own rings, credits, windows
 // and end of stream, so a slow stage holds back only its own senders.
 // SR stages need processes of their own and are wired with Connect.
+//
+// Between two processes the connections use the transport dsfabric chose
+// for that pair (Fabric.Transport): shm, tcp (configured as
+// Fabric.TCPConfig), or ofi in builds with -tags ofi (libfabric, as
+// Fabric.OFIConfig: the same provider, one-sided path and address).
 package shuffle

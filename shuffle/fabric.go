@@ -517,6 +517,8 @@ func (ps *providers) get(proc *dtutils.Process, q int) (dtutils.Provider, error)
 		pr, err = dtutils.NewSHM(proc, dtutils.SHMConfig{Logger: ps.f.Logger()})
 	case "tcp":
 		pr, err = dtutils.NewTCP(proc, ps.f.TCPConfig())
+	case "ofi":
+		pr, err = dtutils.NewOFI(proc, ps.f.OFIConfig())
 	default:
 		err = fmt.Errorf("%w: no shuffle over transport %q yet", ErrBadConfig, t)
 	}

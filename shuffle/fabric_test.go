@@ -23,17 +23,29 @@ type wiringResult struct {
 	Err  string
 }
 
+// wiringCase is a job of TestWiring: the transport dsfabric chooses, the
+// endpoints per process, the design, and whether two stages share a Mesh.
+type wiringCase struct {
+	transport string
+	e         int
+	design    Design
+	mesh      bool // two stages at once over one Mesh
+}
+
+// wiringCases are TestWiring's jobs; builds with -tags ofi add ofi ones
+// (transports_ofi_test.go).
+var wiringCases = []wiringCase{{"", 1, WR, false}, {"tcp", 2, RD, false}, {"", 2, SR, false}, {"tcp", 1, SR, false}, {"", 2, WR, true}, {"tcp", 1, RD, true}}
+
+// jobTransports are the dsfabric transports of the other job tests ("":
+// automatic, shm on one machine); builds with -tags ofi add "ofi".
+var jobTransports = []string{"", "tcp"}
+
 // TestWiring: a job of two self-launched processes wires its endpoints
 // through dsfabric (shm, and tcp with one endpoint per thread) and
 // repartitions every thread's records: each receive endpoint gets exactly
 // what was sent to it, checked at rank 0 from every process's counts.
 func TestWiring(t *testing.T) {
-	for _, tc := range []struct {
-		transport string
-		e         int
-		design    Design
-		mesh      bool // two stages at once over one Mesh
-	}{{"", 1, WR, false}, {"tcp", 2, RD, false}, {"", 2, SR, false}, {"tcp", 1, SR, false}, {"", 2, WR, true}, {"tcp", 1, RD, true}} {
+	for _, tc := range wiringCases {
 		name := fmt.Sprintf("%s-%d-%v", tc.transport, tc.e, tc.design)
 		if tc.mesh {
 			name += "-mesh"
@@ -243,7 +255,7 @@ func repartitionHere(ctx context.Context, eps *Endpoints, rank, threads, perThre
 // the close handshake rank 1's connection was gone and the probe failed:
 // the ErrPeerLost TestShuffleSmoke met over tcp now and then.
 func TestMeshCloseWaitsForPeers(t *testing.T) {
-	for _, transport := range []string{"", "tcp"} {
+	for _, transport := range jobTransports {
 		t.Run("transport="+transport, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -514,23 +514,10 @@ func TestShuffleSmoke(t *testing.T) {
 		{"join-reps", []string{"join", "-impl", "sr,socket", "-orders", "5000", "-reps", "2"}, 2, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"shuffle"}, c.args...)
-			args = append(args, "-mb", "2", "-record", "64", "-json")
-			t.Setenv(microArgsEnv, strings.Join(args, " "))
-			var out, errb bytes.Buffer
-			if code := run(args, nil, &out, &errb); code != 0 {
-				t.Fatalf("exit %d: %s", code, errb.String())
-			}
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != c.lines {
-				t.Fatalf("%d lines, want %d: %q", len(lines), c.lines, out.String())
-			}
+			rs := shuffleLines(t, c.args, c.lines)
 			buffers := map[string]int{}
-			for _, l := range lines {
-				var r ShuffleResult
-				if err := json.Unmarshal([]byte(l), &r); err != nil {
-					t.Fatal(err)
-				}
+			for _, r := range rs {
+				l, _ := json.Marshal(r)
 				v := r.GBPerSPerProc
 				measured := v > 0 && r.Bytes == 2<<20
 				if r.Pattern == "join" {
@@ -547,6 +534,30 @@ func TestShuffleSmoke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shuffleLines runs mctsbench shuffle with args and small data (2 MiB of
+// 64-byte records per process) as a job of self-launched processes, and
+// returns its JSON lines, of which there must be lines.
+func shuffleLines(t *testing.T, args []string, lines int) []ShuffleResult {
+	t.Helper()
+	args = append(append([]string{"shuffle"}, args...), "-mb", "2", "-record", "64", "-json")
+	t.Setenv(microArgsEnv, strings.Join(args, " "))
+	var out, errb bytes.Buffer
+	if code := run(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	ls := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(ls) != lines {
+		t.Fatalf("%d lines, want %d: %q", len(ls), lines, out.String())
+	}
+	rs := make([]ShuffleResult, len(ls))
+	for i, l := range ls {
+		if err := json.Unmarshal([]byte(l), &rs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rs
 }
 
 // TestFoldShuffle: make bench runs the MPI peer and our implementations in

@@ -72,8 +72,11 @@ func TestReport(t *testing.T) {
 {"mode":"unix","pattern":"stream","size":4096,"n":10,"mb_per_s":3000}
 {"mode":"tcp","pattern":"pingpong","size":64,"n":10,"round_trips_per_s":20000,"p50_ns":50000,"p99_ns":90000}
 `)
-	// Joins at two sizes, the MPI peer in rounds (folded into its median).
+	// Joins at two sizes, the MPI peer in rounds (folded into its median),
+	// and a faster line over libfabric's shm that the goals, stated for
+	// our shm, must leave out.
 	write("shuffle.json", `{"pattern":"repartition","impl":"wr","config":"se","buffers":"fixed","transport":"shm","procs":2,"threads":1,"bytes":536870912,"gb_per_s_per_proc":3,"ok":true,"reps":1,"min":3,"max":3}
+{"pattern":"repartition","impl":"wr","config":"se","buffers":"fixed","transport":"ofi-shm","procs":2,"threads":1,"bytes":268435456,"gb_per_s_per_proc":9,"ok":true,"reps":1,"min":9,"max":9}
 {"pattern":"repartition","impl":"mpi","config":"-","transport":"mpi","procs":2,"threads":1,"bytes":536870912,"gb_per_s_per_proc":1,"ok":true,"reps":1,"min":1,"max":1}
 {"pattern":"repartition","impl":"mpi","config":"-","transport":"mpi","procs":2,"threads":1,"bytes":536870912,"gb_per_s_per_proc":2,"ok":true,"reps":1,"min":2,"max":2}
 {"pattern":"repartition","impl":"mpi","config":"-","transport":"mpi","procs":2,"threads":1,"bytes":536870912,"gb_per_s_per_proc":9,"ok":true,"reps":1,"min":9,"max":9}
@@ -104,6 +107,7 @@ func TestReport(t *testing.T) {
 		"| conn / unix ping-pong round trips/s (64 B) | 12.00 | ≥ 5.00 | **met** |", "| conn / unix stream MB/s (4 KiB writes) | 4.00 | ≥ 2.00 | **met** |",
 		"| conn | 1500000 | 500ns | 900ns | 12000 |", "| ofi-tcp | 12µs | 90µs | 160µs |", "| raw | 65536 | 655.4 | 852.0 | 1.30 |", "| latency p50 at 8 B (µs) | 1.10 | ≤ 2.00 | **met** |", "| netrpc-unary | unix | 8 | 90µs |",
 		"| repartition | mpi | - | – | mpi | 2 × 1 | 512 | 2.00 | 3: 1.00–9.00 | true |", "| repartition: best of wr, rd, sr / mpi | 1.50 | ≥ 1.50 | **met** |",
+		"| repartition | wr | se | fixed | ofi-shm | 2 × 1 | 256 | 9.00 | 1 | true |",
 		"| join, 500000 orders per process: socket seconds / best of wr, rd, sr seconds | 1.25 | ≥ 1.50 | **not met** |",
 		"| join, 2000000 orders per process: socket seconds / best of wr, rd, sr seconds | 1.60 | ≥ 1.50 | **met** |",
 		"| 2000000 | wr | se | shm | 2 × 1 | 0.250 | 5: 0.240–0.260 | true |"} {

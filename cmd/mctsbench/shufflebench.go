@@ -83,7 +83,7 @@ type shuffleOpts struct {
 
 func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "repartition" && args[0] != "broadcast" && args[0] != "join") {
-		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket] [-config se|me] [-transport shm|tcp] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-buffers fixed,adaptive] [-reps 1] [-json]")
+		fmt.Fprintln(stderr, "usage: mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket] [-config se|me] [-transport shm|tcp|ofi] [-mb 256] [-record 100] [-orders 200000] [-buffer 16384] [-depth 0] [-buffers fixed,adaptive] [-reps 1] [-json]")
 		return 2
 	}
 	o := shuffleOpts{pattern: args[0]}
@@ -93,7 +93,7 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.threads, "threads", 1, "sending and receiving threads per process")
 	impls := fs.String("impl", "wr,rd,sr,socket", "comma-separated: wr, rd, sr (package shuffle's designs), socket (plain Go TCP, seed 000's baseline), memcpy (the same records copied within each process: the ceiling)")
 	fs.StringVar(&o.config, "config", "se", "se (one endpoint per process) or me (one per thread)")
-	fs.StringVar(&o.transport, "transport", "", "between processes: \"\" (automatic), shm or tcp")
+	fs.StringVar(&o.transport, "transport", "", "between processes: \"\" (automatic), shm, tcp or ofi (builds with -tags ofi; provider from FI_PROVIDER)")
 	mb := fs.Int("mb", 256, "MiB of records each process generates (repartition, broadcast)")
 	fs.IntVar(&o.record, "record", 100, "bytes per record, at least 16 (repartition, broadcast)")
 	fs.IntVar(&o.orders, "orders", 200000, "orders per process (join; about 4 line items each)")
@@ -334,7 +334,7 @@ func (j *shuffleJob) run(ctx context.Context, c shuffleCell, label string) (Shuf
 		}
 		all = append(all, r)
 	}
-	r := ShuffleResult{Pattern: o.pattern, Impl: c.impl, Config: o.config, Buffers: c.buffers, Transport: f.Transports(), Procs: o.procs, Threads: o.threads, Reps: 1}
+	r := ShuffleResult{Pattern: o.pattern, Impl: c.impl, Config: o.config, Buffers: c.buffers, Transport: resultTransport(f.Transports()), Procs: o.procs, Threads: o.threads, Reps: 1}
 	switch c.impl {
 	case "socket":
 		r.Transport, r.Config = "tcp", "-"

@@ -50,3 +50,26 @@ func TestOFIOneSidedAcrossTwoHosts(t *testing.T) {
 		t.Errorf("the game did not run over ofi to its two moves: %+v", sum)
 	}
 }
+
+// TestShuffleOverOFI: mctsbench shuffle over libfabric (the provider of
+// FI_PROVIDER): package shuffle's three designs repartition and join with
+// their connections made by ofi providers, the data intact, and the lines
+// name the provider as micro's do.
+func TestShuffleOverOFI(t *testing.T) {
+	want := resultTransport("ofi")
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"repartition", []string{"repartition", "-impl", "wr,rd,sr", "-transport", "ofi"}},
+		{"join", []string{"join", "-impl", "wr,rd,sr", "-threads", "2", "-config", "me", "-orders", "5000", "-transport", "ofi"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, r := range shuffleLines(t, c.args, 3) {
+				if !r.OK || r.Transport != want || r.Pattern != c.args[0] || r.Procs != 2 {
+					t.Errorf("bad line %+v (want transport %s, ok)", r, want)
+				}
+			}
+		})
+	}
+}
