@@ -5,6 +5,8 @@ package mpi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,7 +16,9 @@ import (
 
 // TestShufflePeer builds csrc/shuffle.c with mpicc and runs both patterns on
 // two ranks under mpirun: one JSON line each, in mctsbench shuffle's
-// format, with every record delivered (ok).
+// format, with every record delivered (ok); and with a received byte
+// flipped (SHUFFLE_MPI_CORRUPT), ok must be false: the peer reads what
+// arrives, as our receivers do.
 func TestShufflePeer(t *testing.T) {
 	mpicc, err := exec.LookPath("mpicc")
 	if err != nil {
@@ -32,11 +36,14 @@ func TestShufflePeer(t *testing.T) {
 		pattern string
 		reps    int
 		args    []string
-	}{{"repartition", 1, nil}, {"broadcast", 3, []string{"3"}}} {
+		corrupt bool
+	}{{"repartition", 1, nil, false}, {"broadcast", 3, []string{"3"}, false}, {"repartition", 1, nil, true}, {"broadcast", 1, nil, true}} {
 		pattern := c.pattern
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		args := append([]string{"--allow-run-as-root", "--oversubscribe", "-np", "2", bin, pattern, "4", "100"}, c.args...)
-		out, err := exec.CommandContext(ctx, mpirun, args...).Output()
+		args := append([]string{"--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "SHUFFLE_MPI_CORRUPT", bin, pattern, "4", "100"}, c.args...)
+		cmd := exec.CommandContext(ctx, mpirun, args...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("SHUFFLE_MPI_CORRUPT=%d", map[bool]int{false: 0, true: 1}[c.corrupt]))
+		out, err := cmd.Output()
 		cancel()
 		if err != nil {
 			t.Fatalf("%s: %v", pattern, err)
@@ -53,9 +60,9 @@ func TestShufflePeer(t *testing.T) {
 		if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &r); err != nil {
 			t.Fatalf("%s: %v in %q", pattern, err, out)
 		}
-		if r.Pattern != pattern || r.Impl != "mpi" || r.Procs != 2 || r.Bytes != 4<<20 || r.GBPerSPerProc <= 0 || !r.OK ||
+		if r.Pattern != pattern || r.Impl != "mpi" || r.Procs != 2 || r.Bytes != 4<<20 || r.GBPerSPerProc <= 0 || r.OK == c.corrupt ||
 			r.Reps != c.reps || r.Min > r.GBPerSPerProc || r.GBPerSPerProc > r.Max {
-			t.Errorf("%s: %+v", pattern, r)
+			t.Errorf("%s (corrupt %v): %+v", pattern, c.corrupt, r)
 		}
 	}
 }

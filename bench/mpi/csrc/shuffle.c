@@ -5,9 +5,17 @@
  * collective: MPI_Alltoallv for repartition, MPI_Allgather for broadcast.
  * Rank 0 prints one JSON line in mctsbench shuffle's format, with
  * impl "mpi": the mean over ranks of the record bytes a rank received over
- * the time of generating the records and the collective (counts exchange
- * and packing included; buffers are touched before), and ok
- * when every rank received the number of records that were sent to it.
+ * the time of generating the records, the collective (counts exchange
+ * and packing included; buffers are touched before) and reading what
+ * arrived, and ok when every rank received the number of records that
+ * were sent to it and each record it read is one meant for it: its
+ * destination field (repartition), or its sender's rank and index in the
+ * sender's block (broadcast). Reading each arriving record is what the
+ * consumer of a shuffle does, and what mctsbench shuffle's receivers do
+ * (they checksum every record).
+ *
+ * SHUFFLE_MPI_CORRUPT=1 flips a byte of the first record rank 0 received
+ * before it is read, so that a test can see ok turn false.
  *
  *   mpirun -np 2 shuffle-mpi repartition|broadcast MIB RECORD [REPS]
  *
@@ -46,6 +54,8 @@ int main(int argc, char **argv) {
 		return 2;
 	}
 	int broadcast = strcmp(argv[1], "broadcast") == 0;
+	const char *corrupt_env = getenv("SHUFFLE_MPI_CORRUPT");
+	int corrupt = corrupt_env != NULL && strcmp(corrupt_env, "1") == 0;
 	long long bytes = atoll(argv[2]) << 20;
 	int rec = atoi(argv[3]);
 	int reps = argc == 5 ? atoi(argv[4]) : 1;
@@ -94,6 +104,14 @@ int main(int argc, char **argv) {
 			MPI_Allgather(data, (int)(n * rec), MPI_BYTE, in, (int)(n * rec), MPI_BYTE, MPI_COMM_WORLD);
 			received = n * rec * procs;
 			records = n * procs;
+			if (corrupt && rank == 0)
+				in[0] ^= 1;
+			for (int p = 0; p < procs; p++)
+				for (long long i = 0; i < n; i++) {
+					uint64_t id;
+					memcpy(&id, in + (p * n + i) * rec, 8);
+					ok = ok && id == (((uint64_t)p << 48) | (uint64_t)i);
+				}
 		} else {
 			int *scount = calloc((size_t)procs, sizeof(int)), *rcount = calloc((size_t)procs, sizeof(int));
 			int *sdisp = calloc((size_t)procs, sizeof(int)), *rdisp = calloc((size_t)procs, sizeof(int));
@@ -116,6 +134,8 @@ int main(int argc, char **argv) {
 			MPI_Alltoallv(packed, scount, sdisp, MPI_BYTE, in, rcount, rdisp, MPI_BYTE, MPI_COMM_WORLD);
 			received = total;
 			records = total / rec;
+			if (corrupt && rank == 0 && records > 0)
+				in[8] ^= 1;
 			for (long long i = 0; i < records; i++) {
 				uint32_t d;
 				memcpy(&d, in + i * rec + 8, 4);
