@@ -4,8 +4,8 @@
 # tests range over transports, with the race detector: the transport
 # suite, the Transmitter hammer, the RDMO suite, cross-process, two-host (network
 # namespaces) and fault tests, dsfabric, riutils and shuffle jobs,
-# mctsbench's smoke tests. Provider: FI_PROVIDER, else tcp (tcp;ofi_rxm), then shm for
-# the cross-process tests.
+# mctsbench's smoke tests. Provider: FI_PROVIDER, else tcp (tcp;ofi_rxm),
+# then shm for the cross-process tests.
 set -u
 GO=${GO:-go}
 TESTFLAGS=${TESTFLAGS:--race -timeout 15m}

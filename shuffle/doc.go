@@ -17,9 +17,9 @@
 //
 // Wiring: every send endpoint is connected to every receive endpoint by a
 // pair of connected queue pairs (loop within a process, shm, tcp or ofi
-// between processes). The receiver's Offer(i) describes its ring for source i; the
-// sender's Attach(d, qp, offer) returns its own description, which the
-// receiver's Attach(i, qp, ...) takes. The descriptions are the only
+// between processes). The receiver's Offer(i) describes its ring for
+// source i; the sender's Attach(d, qp, offer) returns its own description,
+// which the receiver's Attach(i, qp, ...) takes. The descriptions are the only
 // thing to exchange out of band (docs/wire.md, "shuffle").
 //
 // # Designs (seed 004 §5)

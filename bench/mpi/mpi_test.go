@@ -5,7 +5,6 @@ package mpi
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +41,11 @@ func TestShufflePeer(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		args := append([]string{"--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "SHUFFLE_MPI_CORRUPT", bin, pattern, "4", "100"}, c.args...)
 		cmd := exec.CommandContext(ctx, mpirun, args...)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("SHUFFLE_MPI_CORRUPT=%d", map[bool]int{false: 0, true: 1}[c.corrupt]))
+		corrupt := "SHUFFLE_MPI_CORRUPT=0"
+		if c.corrupt {
+			corrupt = "SHUFFLE_MPI_CORRUPT=1"
+		}
+		cmd.Env = append(os.Environ(), corrupt)
 		out, err := cmd.Output()
 		cancel()
 		if err != nil {

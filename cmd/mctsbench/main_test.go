@@ -517,7 +517,6 @@ func TestShuffleSmoke(t *testing.T) {
 			rs := shuffleLines(t, c.args, c.lines)
 			buffers := map[string]int{}
 			for _, r := range rs {
-				l, _ := json.Marshal(r)
 				v := r.GBPerSPerProc
 				measured := v > 0 && r.Bytes == 2<<20
 				if r.Pattern == "join" {
@@ -525,7 +524,7 @@ func TestShuffleSmoke(t *testing.T) {
 					measured = v > 0 // ok: the result equals the single-process run's
 				}
 				if !r.OK || !measured || r.Pattern != c.args[0] || r.Procs != 2 || r.Reps != c.reps || r.Min > v || v > r.Max {
-					t.Errorf("bad line %s", l)
+					t.Errorf("bad line %+v", r)
 				}
 				buffers[r.Buffers]++
 			}
