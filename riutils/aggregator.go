@@ -70,7 +70,7 @@ func (c AggregatorConfig) VerifyConfig() error {
 	switch {
 	case c.Mode != Trad && c.Mode != Ovfl:
 		return fmt.Errorf("%w: Mode %d", ErrBadConfig, c.Mode)
-	case c.FlushSize < innerHeader || c.FlushSize%8 != 0 || c.FlushSize > 128<<10:
+	case c.FlushSize < innerHeaderBuf || c.FlushSize%8 != 0 || c.FlushSize > 128<<10:
 		return fmt.Errorf("%w: FlushSize %d (a multiple of 8, at most 128 KiB)", ErrBadConfig, c.FlushSize)
 	case c.MaxExceeding < 0:
 		return fmt.Errorf("%w: MaxExceeding %d", ErrBadConfig, c.MaxExceeding)
@@ -132,7 +132,7 @@ func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 		return a.ovfl(dst, h, args, buf)
 	}
 	d := a.dst(dst)
-	in := innerSize(len(args) + len(buf))
+	in := innerSize(len(args), len(buf))
 	if in > a.cfg.FlushSize {
 		// Too big to batch: flush what is batched (order), send it alone.
 		if err := a.flush(dst, d); err != nil {

@@ -36,7 +36,7 @@ func TestAggregatorTradBatches(t *testing.T) {
 			if err := a.Flush(); err != nil {
 				return err
 			}
-			perBatch := 4096 / innerSize(8)
+			perBatch := 4096 / innerSize(8, 0)
 			if rec := m.Stats().Calls; rec > int64(n/perBatch+2) {
 				return fmt.Errorf("%d records for %d calls: not batched (%d calls fit a batch)", rec, n, perBatch)
 			}

@@ -320,6 +320,77 @@ func recordRoundTrip(t *testing.T, data []byte, cut int) {
 	}
 }
 
+// TestInnerRecordFormat: in a trad batch, a call without a buffer takes an
+// 8-byte header (an 8-byte call: 16 bytes, where the first format took
+// 24), a call with one takes 16; both parse back, and the forms no writer
+// makes (a buffer flag with an empty buffer, a nonzero reserved word, a
+// header cut short) are protocol errors.
+func TestInnerRecordFormat(t *testing.T) {
+	for _, c := range []struct {
+		na, nb, size int
+	}{{8, 0, 16}, {0, 0, 8}, {33, 0, 48}, {8, 5, 32}, {0, 1, 24}} {
+		if got := innerSize(c.na, c.nb); got != c.size {
+			t.Errorf("inner record of %d + %d bytes takes %d, want %d", c.na, c.nb, got, c.size)
+		}
+		args, buf := bytes.Repeat([]byte{0xa}, c.na), bytes.Repeat([]byte{0xb}, c.nb)
+		b := bytes.Repeat([]byte{0xff}, c.size+8)
+		putInner(b, 7, args, buf)
+		h, a, bu, size, err := nextInner(b)
+		if err != nil || h != 7 || !bytes.Equal(a, args) || !bytes.Equal(bu, buf) || size != c.size {
+			t.Errorf("%d + %d bytes parsed back as handler %d, %q, %q, size %d, %v", c.na, c.nb, h, a, bu, size, err)
+		}
+		if pad := b[innerHeaderFor(c.nb)+c.na+c.nb : c.size]; !bytes.Equal(pad, make([]byte, len(pad))) {
+			t.Errorf("%d + %d bytes: padding %x not zeroed", c.na, c.nb, pad)
+		}
+	}
+	withBuf := make([]byte, 32)
+	putInner(withBuf, 7, []byte("ab"), []byte("cd"))
+	for name, b := range map[string][]byte{
+		"flag, empty buffer": func() []byte { b := bytes.Clone(withBuf); binary.LittleEndian.PutUint32(b[8:], 0); return b }(),
+		"reserved word":      func() []byte { b := bytes.Clone(withBuf); b[12] = 1; return b }(),
+		"header cut short":   withBuf[:12],
+		"arguments overrun":  func() []byte { b := make([]byte, 16); binary.LittleEndian.PutUint32(b[4:], 9); return b }(),
+	} {
+		if _, _, _, _, err := nextInner(b); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", name, err)
+		}
+	}
+}
+
+// FuzzInnerParse: nextInner, which reads the inner records of a batch
+// written by another process, either refuses with ErrProtocol or returns a
+// record inside b, a multiple of 8 bytes, whose header and contents fit;
+// and an inner record made from arguments and a buffer cut from data
+// parses back to them.
+func FuzzInnerParse(f *testing.F) {
+	b := make([]byte, 64)
+	putInner(b, 3, []byte("args"), nil)
+	f.Add(b, 2)
+	putInner(b, 3, []byte("args"), []byte("buffer"))
+	f.Add(b, 4)
+	f.Add([]byte{1, 2, 3, 4, 0, 0, 0, 0x80}, 0)
+	f.Fuzz(func(t *testing.T, data []byte, cut int) {
+		if h, args, buf, size, err := nextInner(data); err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error not wrapping ErrProtocol: %v", err)
+			}
+		} else if size > len(data) || size%8 != 0 || innerHeaderFor(len(buf))+len(args)+len(buf) > size || h != dsfabric.HandlerID(binary.LittleEndian.Uint32(data)) {
+			t.Fatalf("inner record of %d + %d bytes, size %d, accepted in %d bytes", len(args), len(buf), size, len(data))
+		}
+		k := 0
+		if len(data) > 0 {
+			k = int(uint(cut) % uint(len(data)+1))
+		}
+		args, buf := data[:k], data[k:]
+		c := make([]byte, innerSize(len(args), len(buf)))
+		putInner(c, 5, args, buf)
+		h, a, bu, size, err := nextInner(c)
+		if err != nil || h != 5 || !bytes.Equal(a, args) || !bytes.Equal(bu, buf) || size != len(c) {
+			t.Fatalf("%d + %d bytes parsed back as %d + %d, size %d of %d, %v", len(args), len(buf), len(a), len(bu), size, len(c), err)
+		}
+	})
+}
+
 // TestMessengerRetryAsyncKeepsOrder: with RetryAsync a full messenger keeps
 // calls locally without blocking, within MaxAsyncBytes (ErrFull past it),
 // and delivers them in order once the receiver polls.

@@ -239,27 +239,48 @@ func parseAllocReply(b []byte, want int) ([]alloc.Locator, error) {
 }
 
 // Batches (Aggregator, trad mode) are one record whose handler is
-// batchHandler and whose arguments are inner records:
+// batchHandler and whose arguments are inner records, each a multiple of 8
+// bytes. A call without a buffer, by far the most common, takes an 8-byte
+// header; one with a buffer sets bit 31 of the argument count and takes 16:
 //
-//	0  u32 handler ID   4 u32 argument bytes   8 u32 buffer bytes   12 u32 reserved (0)
-//	16 arguments, buffer, zero-padded to a multiple of 8
+//	0  u32 handler ID   4 u32 argument bytes (bit 31: a buffer follows)
+//	without a buffer:   8  arguments, zero-padded to a multiple of 8
+//	with a buffer:      8  u32 buffer bytes (not 0)   12 u32 reserved (0)
+//	                    16 arguments, buffer, zero-padded to a multiple of 8
 const (
 	batchHandlerName = "riutils.batch"
-	innerHeader      = 16
+	innerHeader      = 8  // an inner record without a buffer
+	innerHeaderBuf   = 16 // an inner record with one
+	innerHasBuf      = 1 << 31
 )
 
 var batchHandler = dsfabric.IDOf(batchHandlerName)
 
-func innerSize(n int) int { return innerHeader + (n+7)&^7 }
+// innerHeaderFor is the header size of an inner record with nb buffer bytes.
+func innerHeaderFor(nb int) int {
+	if nb > 0 {
+		return innerHeaderBuf
+	}
+	return innerHeader
+}
+
+// innerSize is the size of an inner record with na argument and nb buffer
+// bytes.
+func innerSize(na, nb int) int { return innerHeaderFor(nb) + (na+nb+7)&^7 }
 
 func putInner(b []byte, h dsfabric.HandlerID, args, buf []byte) {
 	binary.LittleEndian.PutUint32(b[0:], uint32(h))
-	binary.LittleEndian.PutUint32(b[4:], uint32(len(args)))
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(buf)))
-	binary.LittleEndian.PutUint32(b[12:], 0)
-	copy(b[innerHeader:], args)
-	copy(b[innerHeader+len(args):], buf)
-	clear(b[innerHeader+len(args)+len(buf) : innerSize(len(args)+len(buf))])
+	na := uint32(len(args))
+	if len(buf) > 0 {
+		na |= innerHasBuf
+		binary.LittleEndian.PutUint32(b[8:], uint32(len(buf)))
+		binary.LittleEndian.PutUint32(b[12:], 0)
+	}
+	binary.LittleEndian.PutUint32(b[4:], na)
+	off := innerHeaderFor(len(buf))
+	copy(b[off:], args)
+	copy(b[off+len(args):], buf)
+	clear(b[off+len(args)+len(buf) : innerSize(len(args), len(buf))])
 }
 
 // nextInner parses the inner record at the start of b.
@@ -267,16 +288,25 @@ func nextInner(b []byte) (h dsfabric.HandlerID, args, buf []byte, size int, err 
 	if len(b) < innerHeader {
 		return 0, nil, nil, 0, fmt.Errorf("%w: %d bytes left in a batch", ErrProtocol, len(b))
 	}
-	na := uint64(binary.LittleEndian.Uint32(b[4:]))
-	nb := uint64(binary.LittleEndian.Uint32(b[8:]))
-	if binary.LittleEndian.Uint32(b[12:]) != 0 || innerHeader+na+nb > uint64(len(b)) {
+	w := binary.LittleEndian.Uint32(b[4:])
+	na, nb, off := uint64(w&^innerHasBuf), uint64(0), uint64(innerHeader)
+	if w&innerHasBuf != 0 {
+		if len(b) < innerHeaderBuf {
+			return 0, nil, nil, 0, fmt.Errorf("%w: inner record header of %d bytes left in a batch", ErrProtocol, len(b))
+		}
+		nb, off = uint64(binary.LittleEndian.Uint32(b[8:])), innerHeaderBuf
+		if nb == 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
+			return 0, nil, nil, 0, fmt.Errorf("%w: inner record with a buffer of %d bytes, reserved word %#x", ErrProtocol, nb, binary.LittleEndian.Uint32(b[12:]))
+		}
+	}
+	if off+na+nb > uint64(len(b)) {
 		return 0, nil, nil, 0, fmt.Errorf("%w: inner record of %d+%d bytes in %d", ErrProtocol, na, nb, len(b))
 	}
-	size = innerSize(int(na + nb))
+	size = innerSize(int(na), int(nb))
 	if size > len(b) {
 		return 0, nil, nil, 0, fmt.Errorf("%w: inner record padding overruns the batch", ErrProtocol)
 	}
-	d := b[innerHeader : innerHeader+na+nb : innerHeader+na+nb]
+	d := b[off : off+na+nb : off+na+nb]
 	return dsfabric.HandlerID(binary.LittleEndian.Uint32(b)), d[:na], d[na:], size, nil
 }
 
