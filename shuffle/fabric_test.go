@@ -264,7 +264,11 @@ func TestMeshCloseWaitsForPeers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			closed := make(chan string, 1)
+			// Room for every message rank 1 sends (closing, Close's error,
+			// closed): when rank 0 fails and stops reading, the handler
+			// must not block rank 0's service thread, or rank 1's next
+			// call and rank 0's closing barrier wait for each other.
+			closed := make(chan string, 3)
 			hClosed, err := h.Register("test.closed", func(c *dsfabric.Call, args []byte) ([]byte, error) {
 				closed <- string(args)
 				return nil, nil
