@@ -363,11 +363,11 @@ func TestInnerRecordFormat(t *testing.T) {
 // and an inner record made from arguments and a buffer cut from data
 // parses back to them.
 func FuzzInnerParse(f *testing.F) {
-	b := make([]byte, 64)
-	putInner(b, 3, []byte("args"), nil)
-	f.Add(b, 2)
-	putInner(b, 3, []byte("args"), []byte("buffer"))
-	f.Add(b, 4)
+	plain, withBuf := make([]byte, 64), make([]byte, 64)
+	putInner(plain, 3, []byte("args"), nil)
+	putInner(withBuf, 3, []byte("args"), []byte("buffer"))
+	f.Add(plain, 2)
+	f.Add(withBuf, 4)
 	f.Add([]byte{1, 2, 3, 4, 0, 0, 0, 0x80}, 0)
 	f.Fuzz(func(t *testing.T, data []byte, cut int) {
 		if h, args, buf, size, err := nextInner(data); err != nil {
