@@ -345,11 +345,15 @@ func TestInnerRecordFormat(t *testing.T) {
 	}
 	withBuf := make([]byte, 32)
 	putInner(withBuf, 7, []byte("ab"), []byte("cd"))
+	emptyBuf, reserved, overrun := bytes.Clone(withBuf), bytes.Clone(withBuf), make([]byte, 16)
+	binary.LittleEndian.PutUint32(emptyBuf[8:], 0)
+	reserved[12] = 1
+	binary.LittleEndian.PutUint32(overrun[4:], 9)
 	for name, b := range map[string][]byte{
-		"flag, empty buffer": func() []byte { b := bytes.Clone(withBuf); binary.LittleEndian.PutUint32(b[8:], 0); return b }(),
-		"reserved word":      func() []byte { b := bytes.Clone(withBuf); b[12] = 1; return b }(),
+		"flag, empty buffer": emptyBuf,
+		"reserved word":      reserved,
 		"header cut short":   withBuf[:12],
-		"arguments overrun":  func() []byte { b := make([]byte, 16); binary.LittleEndian.PutUint32(b[4:], 9); return b }(),
+		"arguments overrun":  overrun,
 	} {
 		if _, _, _, _, err := nextInner(b); !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: %v, want ErrProtocol", name, err)

@@ -17,12 +17,16 @@ import (
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// transports are the providers the suite runs over (between processes;
-// a process reaches its own endpoints over loop).
-var transports = []struct {
+// testTransport makes the providers of one transport for the suite.
+type testTransport struct {
 	name string
 	make func(f *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error)
-}{
+}
+
+// transports are the providers the suite runs over (between processes;
+// a process reaches its own endpoints over loop); builds with -tags ofi
+// add ofi (transports_ofi_test.go).
+var transports = []testTransport{
 	{"loop", func(f *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error) {
 		return f.NewProvider(p), nil
 	}},

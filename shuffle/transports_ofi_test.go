@@ -8,10 +8,7 @@ import "github.com/seriema-go/seriema/dtutils"
 // FI_PROVIDER, else tcp;ofi_rxm): in-process pairs, and jobs of
 // self-launched processes whose dsfabric and shuffle connections are ofi.
 func init() {
-	transports = append(transports, struct {
-		name string
-		make func(f *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error)
-	}{"ofi", func(_ *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error) {
+	transports = append(transports, testTransport{"ofi", func(_ *dtutils.LoopFabric, p *dtutils.Process) (dtutils.Provider, error) {
 		cfg := dtutils.DefaultOFIConfig()
 		cfg.Logger = quietLog
 		return dtutils.NewOFI(p, cfg)
