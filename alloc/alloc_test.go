@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -615,8 +616,24 @@ func TestLocatorRoundTrip(t *testing.T) {
 	if err != nil || sub.Offset != l.Offset+10 || sub.Length != 20 {
 		t.Errorf("Sub: %+v %v", sub, err)
 	}
-	if _, err := l.Sub(4000, 200); !errors.Is(err, ErrOutOfRange) {
+	if _, err := l.Sub(4000, 200); !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "[4000,+200) of a 4096-byte locator") {
 		t.Errorf("Sub out of range: %v", err)
+	}
+}
+
+// TestHotPathsInline checks that the calls a one-sided write makes per
+// record are inlined: Locator.Sub's comment claimed it was while its cost
+// was over the inliner's budget, and inlining it measured +13 % on the raw
+// benchmark at 8 B (docs/benchmarks.md).
+func TestHotPathsInline(t *testing.T) {
+	out, err := exec.Command("go", "build", "-gcflags=-m", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build -gcflags=-m: %v\n%s", err, out)
+	}
+	for _, fn := range []string{"Locator.Sub", "Memory.Bytes", "Memory.Len", "Memory.Done", "(*unit).handout"} {
+		if !regexp.MustCompile(`can inline ` + regexp.QuoteMeta(fn) + `(\s|$)`).Match(out) {
+			t.Errorf("%s is no longer inlined", fn)
+		}
 	}
 }
 

@@ -78,7 +78,7 @@ func (l *Locator) UnmarshalBinary(b []byte) error {
 // Sub returns the locator of [off, off+n) inside l.
 func (l Locator) Sub(off, n uint64) (Locator, error) {
 	if off > l.Length || n > l.Length-off {
-		return Locator{}, l.subError(off, n)
+		return Locator{}, &subRangeError{off, n, l.Length}
 	}
 	// Field by field: copying the modified l whole (a five-field struct
 	// lives on the stack) reads it back with 16-byte loads that cannot
@@ -86,10 +86,15 @@ func (l Locator) Sub(off, n uint64) (Locator, error) {
 	return Locator{RegionRef: RegionRef{Process: l.Process, Region: l.Region}, Offset: l.Offset + off, Length: n, Key: l.Key}, nil
 }
 
-// subError is Sub's error, apart so that Sub is inlined.
-func (l Locator) subError(off, n uint64) error {
-	return fmt.Errorf("%w: [%d,+%d) of a %d-byte locator", ErrOutOfRange, off, n, l.Length)
+// subRangeError is Sub's error: a value rather than a call, so that Sub
+// stays within the inliner's budget (a call alone costs most of it).
+type subRangeError struct{ off, n, length uint64 }
+
+func (e *subRangeError) Error() string {
+	return fmt.Sprintf("%v: [%d,+%d) of a %d-byte locator", ErrOutOfRange, e.off, e.n, e.length)
 }
+
+func (e *subRangeError) Unwrap() error { return ErrOutOfRange }
 
 // String prints the locator without its key, so logs never leak keys.
 func (l Locator) String() string {
