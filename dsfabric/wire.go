@@ -37,7 +37,6 @@ type wbuf []byte
 
 func (w wbuf) u8(v uint8) wbuf   { return append(w, v) }
 func (w wbuf) u32(v uint32) wbuf { return binary.LittleEndian.AppendUint32(w, v) }
-func (w wbuf) u64(v uint64) wbuf { return binary.LittleEndian.AppendUint64(w, v) }
 func (w wbuf) str(s []byte) wbuf { return append(w.u32(uint32(len(s))), s...) }
 
 // rbuf reads fields, remembering the first error; reads after an error
@@ -70,13 +69,6 @@ func (r *rbuf) u8() uint8 {
 func (r *rbuf) u32() uint32 {
 	if b := r.take(4); b != nil {
 		return binary.LittleEndian.Uint32(b)
-	}
-	return 0
-}
-
-func (r *rbuf) u64() uint64 {
-	if b := r.take(8); b != nil {
-		return binary.LittleEndian.Uint64(b)
 	}
 	return 0
 }

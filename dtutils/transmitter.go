@@ -174,7 +174,7 @@ func (t *Transmitter) Write(local alloc.Memory, remote alloc.Locator) error {
 		local.Done()
 		return nil
 	}
-	return t.post(nil, WorkRequest{Op: OpWrite, Local: local, Remote: remote}, false)
+	return t.post(context.Background(), WorkRequest{Op: OpWrite, Local: local, Remote: remote}, false)
 }
 
 // advances reports whether ticket's group is past F: ticket/k > f, with a
@@ -183,7 +183,7 @@ func (t *Transmitter) advances(ticket, f uint64) bool { return ticket >= (f+1)*t
 
 // WriteImm is Write that also completes a receive at the target with imm.
 func (t *Transmitter) WriteImm(local alloc.Memory, remote alloc.Locator, imm uint32) error {
-	return t.post(nil, WorkRequest{Op: OpWriteImm, Local: local, Remote: remote, Imm: imm}, false)
+	return t.post(context.Background(), WorkRequest{Op: OpWriteImm, Local: local, Remote: remote, Imm: imm}, false)
 }
 
 // Send delivers local into a receive posted at the peer, asynchronously.
@@ -201,7 +201,7 @@ func (t *Transmitter) Send(local alloc.Memory, imm uint32) error {
 			return nil
 		}
 	}
-	return t.post(nil, WorkRequest{Op: OpSend, Local: local, Imm: imm}, false)
+	return t.post(context.Background(), WorkRequest{Op: OpSend, Local: local, Imm: imm}, false)
 }
 
 // Read copies remote into local and returns when the bytes are there.
@@ -271,7 +271,7 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 		return err
 	}
 	if signaled {
-		if ctx == nil {
+		if ctx == nil { // a caller's nil Context (Read, FetchAdd): no deadline
 			ctx = context.Background()
 		}
 		if err := t.awaitOwn(ctx, ticket, slot); err != nil {

@@ -205,7 +205,6 @@ type Sender struct {
 	users    int  // operators not yet closed
 	unopened int  // operators not yet started
 	done     bool // Depleted sent
-	w        waiter
 	// SR: the receive buffers credit messages land in, Depth per
 	// destination (each Release may send one).
 	creditBufs alloc.Memory
