@@ -23,6 +23,7 @@ type receiver struct {
 	err      error // protocol error: this messenger is stopped
 	done     bool  // shut down: dropped at the next Poll
 	request  uint64
+	rec      record // the record being dispatched (parseRecord fills it)
 	call     dsfabric.Call
 	// The last handler run, to skip the concurrent map on a stream of
 	// calls to one handler (handlers are never unregistered).
@@ -123,7 +124,8 @@ func (r *receiver) poll() int {
 	n := 0
 	for {
 		c := r.chunks[r.cur]
-		rec, st, err := parseRecord(c, r.pos)
+		rec := &r.rec
+		st, err := parseRecord(c, r.pos, rec)
 		switch st {
 		case recOK:
 			if rec.src != r.src {
@@ -161,7 +163,7 @@ func (r *receiver) poll() int {
 	}
 }
 
-func (r *receiver) dispatch(rec record) error {
+func (r *receiver) dispatch(rec *record) error {
 	if rec.handler == batchHandler {
 		for b := rec.args; len(b) > 0; {
 			h, args, buf, size, err := nextInner(b)

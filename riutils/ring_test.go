@@ -247,22 +247,23 @@ func TestRecordRoundTrip(t *testing.T) {
 	c := make([]byte, 8192)
 	b := c[recordsStart : recordsStart+recordSize(13)]
 	putRecord(b, 77, 5, []byte("hello"), []byte("world!!!"))
-	rec, st, err := parseRecord(c, recordsStart)
+	var rec record
+	st, err := parseRecord(c, recordsStart, &rec)
 	if st != recOK || err != nil || rec.handler != 77 || rec.src != 5 || string(rec.args) != "hello" || string(rec.buf) != "world!!!" || rec.size != len(b) {
 		t.Fatalf("%+v %d %v", rec, st, err)
 	}
 	// Any change to the header breaks the seal: never a false record.
 	for i := 0; i < recordHeader; i++ {
 		c[recordsStart+i] ^= 0x40
-		if _, st, _ := parseRecord(c, recordsStart); st == recOK {
+		if st, _ := parseRecord(c, recordsStart, &rec); st == recOK {
 			t.Fatalf("flipped header byte %d still parses", i)
 		}
 		c[recordsStart+i] ^= 0x40
 	}
-	if _, st, _ := parseRecord(c, len(c)-16); st != recNone {
+	if st, _ := parseRecord(c, len(c)-16, &rec); st != recNone {
 		t.Fatal("a tail too short for a record must read as nothing")
 	}
-	if _, st, _ := parseRecord(c, recordsStart+4); st != recCorrupt {
+	if st, _ := parseRecord(c, recordsStart+4, &rec); st != recCorrupt {
 		t.Fatal("misaligned offset accepted")
 	}
 }
@@ -277,7 +278,8 @@ func FuzzRecordParse(f *testing.F) {
 		if len(data)%8 != 0 {
 			data = data[:len(data)&^7]
 		}
-		rec, st, err := parseRecord(data, pos)
+		var rec record
+		st, err := parseRecord(data, pos, &rec)
 		switch st {
 		case recOK:
 			end := pos + rec.size
@@ -314,7 +316,8 @@ func recordRoundTrip(t *testing.T, data []byte, cut int) {
 	args, buf := body[:k], body[k:]
 	c := make([]byte, recordsStart+recordSize(len(body))+8)
 	putRecord(c[recordsStart:recordsStart+recordSize(len(body))], h, src, args, buf)
-	rec, st, err := parseRecord(c, recordsStart)
+	var rec record
+	st, err := parseRecord(c, recordsStart, &rec)
 	if st != recOK || err != nil || rec.handler != h || rec.src != src || !bytes.Equal(rec.args, args) || !bytes.Equal(rec.buf, buf) || rec.size != recordSize(len(body)) {
 		t.Fatalf("record (handler %#x, src %d, %d + %d bytes) parsed back as %+v, state %v, %v", h, src, len(args), len(buf), rec, st, err)
 	}
