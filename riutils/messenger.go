@@ -218,10 +218,16 @@ func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
 		out, _ = cm.Locator().AppendBinary(out)
 	}
 	ib := p.inboxes[n.ThreadRank(dst)]
-	in, _ := ib.senders.LoadOrCompute(src, func() *incoming { return &incoming{fb: fb} })
-	in.mu.Lock()
-	in.batches = append(in.batches, batch)
-	in.mu.Unlock()
+	// A new sender's entry goes into the map with its first batch: the
+	// receiving thread may scan the map at any moment (another sender's
+	// allocation set fresh), and an entry without chunks would become a
+	// messenger that can never run a call.
+	in, loaded := ib.senders.LoadOrCompute(src, func() *incoming { return &incoming{fb: fb, batches: [][][]byte{batch}} })
+	if loaded {
+		in.mu.Lock()
+		in.batches = append(in.batches, batch)
+		in.mu.Unlock()
+	}
 	ib.fresh.Store(true)
 	return out, nil
 }

@@ -199,7 +199,7 @@ func sequenceJob(t *testing.T, mode, tr string, senders int) {
 			}
 		}
 		if got := seq.total.Load(); got != int64(senders*n) || seq.bad.Load() != 0 {
-			return fmt.Errorf("received %d of %d calls, %d out of order", got, senders*n, seq.bad.Load())
+			return fmt.Errorf("received %d of %d calls, %d out of order (messenger error: %v)", got, senders*n, seq.bad.Load(), m.Err())
 		}
 		return m.Err()
 	})

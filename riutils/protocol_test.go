@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/seriema-go/seriema/dsfabric"
 )
 
@@ -265,4 +266,22 @@ func TestReplySealCarriesSequence(t *testing.T) {
 			}
 			return nil
 		})
+}
+
+// TestDiscoveryWaitsForChunks (§4.4, no-setup allocation): the receiving
+// thread scans its inbox whenever any sender's allocation set the fresh
+// flag, so it may meet an entry that has no chunks yet. Starting a
+// messenger on it would leave that sender's calls unread for good (a
+// flaky 3-to-1 sequence test on CI lost one whole sender); the entry must
+// wait for the scan its own allocation brings.
+func TestDiscoveryWaitsForChunks(t *testing.T) {
+	ib := &inbox{senders: xsync.NewMapOf[dsfabric.ThreadID, *incoming]()}
+	in := &incoming{}
+	ib.senders.Store(1, in)
+	ib.fresh.Store(true) // set by another sender's allocation
+	m := &Messengers{inbox: ib}
+	m.pollIn()
+	if in.taken || len(m.rx.in) != 0 {
+		t.Fatalf("an entry without chunks became a messenger (taken %v, %d receivers)", in.taken, len(m.rx.in))
+	}
 }

@@ -67,10 +67,12 @@ func (m *Messengers) pollIn() int {
 	if m.inbox.fresh.Swap(false) {
 		m.inbox.senders.Range(func(src dsfabric.ThreadID, in *incoming) bool {
 			in.mu.Lock()
-			known := in.taken
-			in.taken = true
+			// An entry with no chunks yet is left for the scan that its
+			// allocation's fresh flag brings.
+			start := !in.taken && len(in.batches) > 0
+			in.taken = in.taken || start
 			in.mu.Unlock()
-			if !known {
+			if start {
 				m.addReceiver(src, in)
 			}
 			return true
