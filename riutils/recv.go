@@ -96,8 +96,11 @@ func (m *Messengers) addReceiver(src dsfabric.ThreadID, in *incoming) {
 	r.chunks = in.take()
 	tx, err := m.f.Transmitter(m.f.Names().Rank(src))
 	r.tx = tx
-	if err != nil || r.chunks == nil {
-		r.err = fmt.Errorf("riutils: messenger from thread %d: %v", src, err)
+	switch {
+	case err != nil:
+		r.stop(err)
+	case r.chunks == nil:
+		r.stop(fmt.Errorf("%w: no chunks allocated", ErrProtocol))
 	}
 	m.rx.in = append(m.rx.in, r)
 }
