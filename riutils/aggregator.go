@@ -19,8 +19,10 @@ const (
 	// from, with room for the outer header and seal reserved.
 	Trad Mode = iota
 	// Ovfl sends each call straight through its messenger and keeps calls
-	// locally (sealed records in registered memory) only while the messenger
-	// cannot progress; they go first when it can.
+	// locally only while the messenger cannot progress: it batches them
+	// then, as Trad does, in registered memory (the paper's local
+	// aggregation of exceeding calls), and the kept batches go first, in
+	// order, when the messenger can progress again.
 	Ovfl
 )
 
@@ -35,17 +37,20 @@ func (m Mode) String() string {
 type AggregatorConfig struct {
 	// Mode is Trad (default) or Ovfl.
 	Mode Mode
-	// FlushSize is the batch size in bytes at which Trad sends. Default 4 KiB.
+	// FlushSize is the batch size in bytes at which Trad sends, and the
+	// size of the batches Ovfl keeps its exceeding calls in. Default 4 KiB.
 	FlushSize int
 	// MaxExceeding bounds the bytes Ovfl keeps locally. A call that would
 	// pass it, or that finds the messengers' record memory used up (4 MiB
 	// for records of up to 4 KiB, shared by the thread's Aggregators),
 	// waits for room under policy Retry, running this thread's incoming
 	// calls meanwhile as a full messenger's Call does, and fails with
-	// ErrFull (the call not kept) under Fail and RetryAsync. Default
-	// 256 KiB: kept calls are copied twice, and a bound the caches hold
-	// keeps that cheap (a stream kept 8 MiB deep ran at 60-75 ns a call
-	// in BenchmarkCall/ovfl, 256 KiB deep at 37-41 ns).
+	// ErrFull (the call not kept) under Fail and RetryAsync. It counts
+	// the kept calls' bytes (inner records, or whole records for a call
+	// too big for a batch). Default 256 KiB: kept calls are copied twice,
+	// and a bound the caches hold keeps that cheap (a stream kept 8 MiB
+	// deep ran at 60-75 ns a call in BenchmarkCall/ovfl, 256 KiB deep at
+	// 37-41 ns, when each kept call was a record of its own).
 	MaxExceeding int
 }
 
@@ -90,10 +95,21 @@ type Aggregator struct {
 }
 
 type aggDst struct {
-	batch  alloc.Memory // trad: [outer header][inner records][room for the seal]
-	used   int          // trad: bytes of inner records
-	queue  []alloc.Memory
-	queued int // ovfl: bytes kept locally
+	// The open batch: [outer header][inner records][room for the seal].
+	// Trad's batch being filled; Ovfl's batch of kept calls being filled.
+	batch alloc.Memory
+	used  int // bytes of inner records in batch
+	// Ovfl: sealed records kept, in order (closed batches and calls too
+	// big for a batch), ahead of the open batch.
+	queue  []keptRecord
+	queued int // ovfl: bytes kept (queue and open batch; MaxExceeding)
+}
+
+// keptRecord is a sealed record Ovfl keeps, and the bytes it counts
+// against MaxExceeding.
+type keptRecord struct {
+	mem alloc.Memory
+	n   int
 }
 
 // Aggregator returns an aggregator over m.
@@ -176,13 +192,7 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 		return err
 	}
 	a.m.own(s)
-	size := recordSize(d.used)
-	b := d.batch.Bytes()
-	binary.LittleEndian.PutUint32(b[0:], uint32(d.used))
-	binary.LittleEndian.PutUint32(b[4:], uint32(batchHandler))
-	binary.LittleEndian.PutUint32(b[8:], uint32(a.m.self))
-	binary.LittleEndian.PutUint32(b[12:], uint32(d.used))
-	binary.LittleEndian.PutUint64(b[size-recordSeal:], sealOf(binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:])))
+	size := a.sealBatch(d)
 	ok, err := s.reserve(size, a.m.p.cfg.Policy)
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: thread %d has not consumed %d chunks", ErrFull, dst, a.m.p.cfg.MaxChunks)
@@ -190,42 +200,48 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 	if err != nil {
 		return err // the batch stays: a later Flush retries it
 	}
+	return s.write(d.takeBatch(size))
+}
+
+// sealBatch writes the outer header and seal of d's open batch, which holds
+// d.used bytes of inner records, and returns the record's size. The batch
+// stays open: a later call may reseal it with more.
+func (a *Aggregator) sealBatch(d *aggDst) int {
+	size := recordSize(d.used)
+	b := d.batch.Bytes()
+	binary.LittleEndian.PutUint32(b[0:], uint32(d.used))
+	binary.LittleEndian.PutUint32(b[4:], uint32(batchHandler))
+	binary.LittleEndian.PutUint32(b[8:], uint32(a.m.self))
+	binary.LittleEndian.PutUint32(b[12:], uint32(d.used))
+	binary.LittleEndian.PutUint64(b[size-recordSeal:], sealOf(binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:])))
+	return size
+}
+
+// takeBatch returns the sealed record of size bytes at the front of d's
+// open batch and closes the batch. The record shares the batch's handout
+// (and so its unused tail): writing it or its Done releases both, and
+// nothing else may, since a kept record waits in the unit.
+func (d *aggDst) takeBatch(size int) alloc.Memory {
 	rec, _ := d.batch.Slice(0, size)
-	if err := s.write(rec); err != nil {
-		return err
-	}
-	d.batch.Done() // the unused tail of the batch buffer
 	d.batch, d.used = alloc.Memory{}, 0
-	return nil
+	return rec
 }
 
 // ovfl sends straight through, keeping calls locally while it cannot.
 func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
 	d := a.dst(dst)
-	if len(d.queue) != 0 {
+	if d.queued != 0 && !a.stuck(dst, d) {
 		if err := a.drain(dst, d, Fail); err != nil {
 			return err
 		}
 	}
-	if len(d.queue) == 0 {
+	if d.queued == 0 {
 		ok, err := a.m.call(dst, h, args, buf, Fail)
 		if ok || err != nil {
 			return err
 		}
 	}
-	s, err := a.m.sender(dst)
-	if err != nil {
-		return err
-	}
-	size := recordSize(len(args) + len(buf))
-	var mem alloc.Memory
-	atBound := d.queued+size > a.cfg.MaxExceeding
-	if !atBound {
-		// Kept calls hold their records until sent: the record memory
-		// can run out before MaxExceeding does.
-		mem, err = a.m.alloc(s.tx, size)
-		atBound = errors.Is(err, alloc.ErrBusy)
-	}
+	atBound, err := a.keep(dst, d, h, args, buf)
 	if atBound && a.m.p.cfg.Policy == Retry {
 		// Wait for room as a full messenger does under Retry: send what
 		// is kept, in order, then this call straight through.
@@ -235,25 +251,83 @@ func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf
 		_, err := a.m.call(dst, h, args, buf, Retry)
 		return err
 	}
-	if atBound {
-		if err == nil {
-			return fmt.Errorf("%w: %d bytes already kept for thread %d (MaxExceeding %d)", ErrFull, d.queued, dst, a.cfg.MaxExceeding)
-		}
-		return fmt.Errorf("%w: %d bytes kept for thread %d fill the messengers' record memory: %v", ErrFull, d.queued, dst, err)
-	}
-	if err != nil {
-		return err
-	}
-	b := mem.Bytes()
-	sealRecord(b, h, a.m.self, len(args), copyBody(b, args, buf))
-	d.queue = append(d.queue, mem)
-	d.queued += size
-	return nil
+	return err
 }
 
-// drain sends kept calls in order while the messenger progresses.
-func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) error {
+// stuck reports that dst's messenger has no room for the first record
+// kept for it, a cheap check before draining.
+func (a *Aggregator) stuck(dst dsfabric.ThreadID, d *aggDst) bool {
 	if len(d.queue) == 0 {
+		return false // only the open batch: draining seals and sends it
+	}
+	s, err := a.m.sender(dst)
+	return err == nil && s.stuck(d.queue[0].mem.Len())
+}
+
+// keep adds a call to dst's kept calls: into the open batch, or as a
+// record of its own when it is too big for a batch. atBound reports that
+// it was not kept because MaxExceeding or the messengers' record memory
+// would be passed; err is then ErrFull.
+func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID, args, buf []byte) (atBound bool, err error) {
+	in := innerSize(len(args), len(buf))
+	alone := in > a.cfg.FlushSize
+	n := in
+	if alone {
+		n = recordSize(len(args) + len(buf))
+	}
+	if d.queued+n > a.cfg.MaxExceeding {
+		return true, fmt.Errorf("%w: %d bytes already kept for thread %d (MaxExceeding %d)", ErrFull, d.queued, dst, a.cfg.MaxExceeding)
+	}
+	if alone || d.used+in > a.cfg.FlushSize {
+		a.closeBatch(d) // order: the open batch goes before this call
+	}
+	if alone || d.batch.IsZero() {
+		s, err := a.m.sender(dst)
+		if err != nil {
+			return false, err
+		}
+		size := recordSize(a.cfg.FlushSize)
+		if alone {
+			size = n
+		}
+		// Kept calls hold their records until sent: the record memory
+		// can run out before MaxExceeding does.
+		mem, err := a.m.alloc(s.tx, size)
+		if errors.Is(err, alloc.ErrBusy) {
+			return true, fmt.Errorf("%w: %d bytes kept for thread %d fill the messengers' record memory: %v", ErrFull, d.queued, dst, err)
+		}
+		if err != nil {
+			return false, err
+		}
+		if alone {
+			b := mem.Bytes()
+			sealRecord(b, h, a.m.self, len(args), copyBody(b, args, buf))
+			d.queue = append(d.queue, keptRecord{mem, n})
+			d.queued += n
+			return false, nil
+		}
+		d.batch = mem
+	}
+	putInner(d.batch.Bytes()[recordHeader+d.used:], h, args, buf)
+	d.used += in
+	d.queued += in
+	return false, nil
+}
+
+// closeBatch seals ovfl's open batch, if any, and queues it behind the
+// other kept records.
+func (a *Aggregator) closeBatch(d *aggDst) {
+	if d.used == 0 {
+		return
+	}
+	n := d.used
+	d.queue = append(d.queue, keptRecord{d.takeBatch(a.sealBatch(d)), n})
+}
+
+// drain sends kept calls in order while the messenger progresses; when
+// all of them went, the open batch goes too.
+func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) error {
+	if d.queued == 0 {
 		return nil
 	}
 	s, err := a.m.sender(dst)
@@ -262,18 +336,26 @@ func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) erro
 	}
 	a.m.own(s)
 	sent := 0
-	for len(d.queue) > sent {
-		mem := d.queue[sent]
-		ok, err := s.reserve(mem.Len(), policy)
+	for {
+		if len(d.queue) == sent {
+			if d.used == 0 {
+				break
+			}
+			// Room for everything before it: the messenger progresses,
+			// so the open batch need not wait to fill.
+			a.closeBatch(d)
+		}
+		k := d.queue[sent]
+		ok, err := s.reserve(k.mem.Len(), policy)
 		if err != nil || !ok {
 			d.dropSent(sent)
 			return err
 		}
-		if err := s.write(mem); err != nil {
+		if err := s.write(k.mem); err != nil {
 			d.dropSent(sent)
 			return err
 		}
-		d.queued -= mem.Len()
+		d.queued -= k.n
 		sent++
 	}
 	d.dropSent(sent)

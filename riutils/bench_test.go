@@ -2,8 +2,10 @@ package riutils
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
 )
@@ -73,4 +75,79 @@ func BenchmarkCall(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkOvflKept (paper §4.4.2): what an ovfl call costs while its
+// messenger is full and the call is kept locally, the work ovfl does for a
+// sender that runs ahead of its receiver. Rounds of keptPerRound calls are
+// timed with the receiver stalled; between rounds, untimed, it takes them
+// all. Per op: one kept call.
+func BenchmarkOvflKept(b *testing.B) {
+	const keptPerRound = 20000
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	var h dsfabric.HandlerID
+	var ran atomic.Int64
+	var poll, stop atomic.Bool
+	b.ReportAllocs()
+	b.SetBytes(8)
+	twoThreads(b, cfg, func(hs *dsfabric.Handlers) {
+		h, _ = hs.Register("bench", func(c *dsfabric.Call, a []byte) ([]byte, error) { ran.Add(1); return nil, nil })
+	}, func(m *Messengers) error {
+		for !stop.Load() {
+			if !poll.Load() {
+				time.Sleep(10 * time.Microsecond) // stalled: stay off the sender's core
+			} else if m.Poll() == 0 {
+				runtime.Gosched()
+			}
+		}
+		return m.Err()
+	}, func(m *Messengers) error {
+		defer stop.Store(true)
+		a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, MaxExceeding: 64 << 20})
+		if err != nil {
+			return err
+		}
+		args := make([]byte, 8)
+		calls := int64(0)
+		call := func() error {
+			calls++
+			return a.Call(0, h, args)
+		}
+		b.ResetTimer()
+		for done := 0; done < b.N; {
+			b.StopTimer()
+			// Drain the last round, then fill the messenger: from here on
+			// every call is kept.
+			poll.Store(true)
+			for a.Exceeding() != 0 || ran.Load() != calls {
+				if err := a.Flush(); err != nil {
+					return err
+				}
+				runtime.Gosched()
+			}
+			poll.Store(false)
+			for a.Exceeding() == 0 {
+				if err := call(); err != nil {
+					return err
+				}
+			}
+			n := min(keptPerRound, b.N-done)
+			b.StartTimer()
+			for i := 0; i < n; i++ {
+				if err := call(); err != nil {
+					return err
+				}
+			}
+			done += n
+		}
+		b.StopTimer()
+		poll.Store(true)
+		for a.Exceeding() != 0 || ran.Load() != calls {
+			if err := a.Flush(); err != nil {
+				return err
+			}
+			runtime.Gosched()
+		}
+		return nil
+	})
 }

@@ -53,8 +53,12 @@
 // room for the outer record's header and seal reserved, and writes it as one
 // record when it holds FlushSize bytes or on Flush: no copy. Ovfl sends each
 // call straight through and keeps calls locally only while the messenger
-// cannot progress, up to MaxExceeding bytes; at that bound a call waits for
-// room under policy Retry and fails with ErrFull under Fail and RetryAsync.
+// cannot progress, up to MaxExceeding bytes, batching the kept calls as Trad
+// does (the paper's local aggregation of exceeding calls: one record per
+// FlushSize bytes of them, built in registered memory). The kept batches go
+// first, in order, as soon as the messenger has room again, the batch being
+// filled with them. At the bound a call waits for room under policy Retry
+// and fails with ErrFull under Fail and RetryAsync.
 //
 // A record no correct sender can write (a length overrunning the chunk, more
 // argument bytes than payload, another sender's identity) stops that

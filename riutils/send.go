@@ -123,6 +123,14 @@ func (s *sender) failed(err error) error {
 // has consumed the fill that last used it.
 func (s *sender) free(j int) bool { return s.lastUse[j] == 0 || s.fb.Load()&fbCount >= s.lastUse[j] }
 
+// stuck reports, without side effects, that a record of size bytes would
+// find no room: the current chunk is short of it, the next one is still
+// unread and the ring is at MaxChunks. Ovfl asks it before every call while
+// it keeps calls, so it must stay a few loads.
+func (s *sender) stuck(size int) bool {
+	return s.pos+size > s.m.p.cfg.ChunkSize && len(s.chunks) >= s.m.p.cfg.MaxChunks && !s.free((s.cur+1)%len(s.chunks))
+}
+
 // Call runs handler h with args on thread dst, one-sided: the call is
 // written straight into dst's memory. It returns once written (queued on
 // the transport); dst runs it when it polls.
