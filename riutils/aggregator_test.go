@@ -100,6 +100,54 @@ func TestAggregatorOvflExceeding(t *testing.T) {
 	}
 }
 
+// TestAggregatorOvflBatchesKeptCalls (paper §4.4.2: ovfl performs "local
+// aggregation only when an underlying messenger cannot make progress"):
+// the calls ovfl keeps while its messenger is full go out batched, many to
+// a record, once the receiver makes room, and every call still arrives
+// once, in order.
+func TestAggregatorOvflBatchesKeptCalls(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	const kept = 5000
+	withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error {
+		a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, FlushSize: 4096, MaxExceeding: 1 << 20})
+		if err != nil {
+			return err
+		}
+		var args [8]byte
+		i := 0
+		call := func() error {
+			binary.LittleEndian.PutUint64(args[:], uint64(i))
+			i++
+			return a.Call(0, h, args[:])
+		}
+		for a.Exceeding() == 0 { // until the messenger is full: this call is kept
+			if err := call(); err != nil {
+				return err
+			}
+		}
+		for k := 1; k < kept; k++ {
+			if err := call(); err != nil {
+				return err
+			}
+		}
+		before := m.Stats().Calls
+		accepted <- i
+		for deadline := time.Now().Add(30 * time.Second); a.Exceeding() != 0; {
+			if err := a.Flush(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d bytes still kept after 30 s of Flush", a.Exceeding())
+			}
+		}
+		perBatch := 4096 / innerSize(8, 0)
+		if rec := m.Stats().Calls - before; rec > int64(kept/perBatch+2) {
+			return fmt.Errorf("%d kept calls went out in %d records: not batched (%d fit a batch)", kept, rec, perBatch)
+		}
+		return nil
+	})
+}
+
 // TestAggregatorOvflRetryWaitsAtBound: under policy Retry a call that
 // would pass MaxExceeding waits for room instead of failing, as a full
 // messenger's Call does: a stream far longer than the bound to a receiver
