@@ -200,7 +200,12 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 	if err != nil {
 		return err // the batch stays: a later Flush retries it
 	}
-	return s.write(d.takeBatch(size))
+	rec, _ := d.batch.Slice(0, size)
+	if err := s.write(rec); err != nil {
+		return err // as above: a failed write releases nothing
+	}
+	d.batch, d.used = alloc.Memory{}, 0 // rec's write released the handout
+	return nil
 }
 
 // sealBatch writes the outer header and seal of d's open batch, which holds
@@ -215,16 +220,6 @@ func (a *Aggregator) sealBatch(d *aggDst) int {
 	binary.LittleEndian.PutUint32(b[12:], uint32(d.used))
 	binary.LittleEndian.PutUint64(b[size-recordSeal:], sealOf(binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:])))
 	return size
-}
-
-// takeBatch returns the sealed record of size bytes at the front of d's
-// open batch and closes the batch. The record shares the batch's handout
-// (and so its unused tail): writing it or its Done releases both, and
-// nothing else may, since a kept record waits in the unit.
-func (d *aggDst) takeBatch(size int) alloc.Memory {
-	rec, _ := d.batch.Slice(0, size)
-	d.batch, d.used = alloc.Memory{}, 0
-	return rec
 }
 
 // ovfl sends straight through, keeping calls locally while it cannot.
@@ -315,13 +310,16 @@ func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID
 }
 
 // closeBatch seals ovfl's open batch, if any, and queues it behind the
-// other kept records.
+// other kept records. The record shares the batch's handout (and so its
+// unused tail): its write releases both, and nothing else may, since the
+// kept record waits in the unit.
 func (a *Aggregator) closeBatch(d *aggDst) {
 	if d.used == 0 {
 		return
 	}
-	n := d.used
-	d.queue = append(d.queue, keptRecord{d.takeBatch(a.sealBatch(d)), n})
+	rec, _ := d.batch.Slice(0, a.sealBatch(d))
+	d.queue = append(d.queue, keptRecord{rec, d.used})
+	d.batch, d.used = alloc.Memory{}, 0
 }
 
 // drain sends kept calls in order while the messenger progresses; when

@@ -115,7 +115,7 @@ var mutations = []mutation{
 		Old: "if errors.Is(err, alloc.ErrBusy) {\n\t\t\treturn true,", New: "if false && errors.Is(err, alloc.ErrBusy) {\n\t\t\treturn true,"},
 	{Name: "ovfl-batch-released-early", Focus: "TestAggregatorOvflExceeding", Rule: "a kept batch's memory is not reused before the batch is sent",
 		File: "riutils/aggregator.go", Pkg: "./riutils",
-		Old: "\trec, _ := d.batch.Slice(0, size)\n", New: "\trec, _ := d.batch.Slice(0, size)\n\td.batch.Done()\n"},
+		Old: "\trec, _ := d.batch.Slice(0, a.sealBatch(d))\n", New: "\trec, _ := d.batch.Slice(0, a.sealBatch(d))\n\td.batch.Done()\n"},
 	{Name: "ovfl-kept-unbatched", Focus: "TestAggregatorOvflBatchesKeptCalls", Rule: "ovfl batches the calls it keeps",
 		File: "riutils/aggregator.go", Pkg: "./riutils",
 		Old: "alone := in > a.cfg.FlushSize", New: "alone := in > 0"},
