@@ -47,6 +47,21 @@ func TestAggregatorTradBatches(t *testing.T) {
 	}
 }
 
+// flushKept flushes an ovfl Aggregator under policy Fail until nothing is
+// kept: each Flush sends what there is room for, and the receiver makes
+// room as it runs the calls.
+func flushKept(a *Aggregator) error {
+	for deadline := time.Now().Add(30 * time.Second); a.Exceeding() != 0; {
+		if err := a.Flush(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d bytes still kept after 30 s of Flush", a.Exceeding())
+		}
+	}
+	return nil
+}
+
 // TestAggregatorOvflExceeding: under policy Fail, while the receiver does
 // not poll, ovfl keeps calls locally up to MaxExceeding, or until the
 // messengers' record memory is used up if that comes first, then fails
@@ -84,17 +99,7 @@ func TestAggregatorOvflExceeding(t *testing.T) {
 					return fmt.Errorf("a call past the bound: %v, %d bytes kept; want ErrFull, %d", err, a.Exceeding(), ex)
 				}
 				accepted <- i
-				// Fail: Flush sends what there is room for; the receiver
-				// makes room as it runs the calls.
-				for deadline := time.Now().Add(30 * time.Second); a.Exceeding() != 0; {
-					if err := a.Flush(); err != nil {
-						return err
-					}
-					if time.Now().After(deadline) {
-						return fmt.Errorf("%d bytes still kept after 30 s of Flush", a.Exceeding())
-					}
-				}
-				return nil
+				return flushKept(a)
 			})
 		})
 	}
@@ -132,13 +137,8 @@ func TestAggregatorOvflBatchesKeptCalls(t *testing.T) {
 		}
 		before := m.Stats().Calls
 		accepted <- i
-		for deadline := time.Now().Add(30 * time.Second); a.Exceeding() != 0; {
-			if err := a.Flush(); err != nil {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d bytes still kept after 30 s of Flush", a.Exceeding())
-			}
+		if err := flushKept(a); err != nil {
+			return err
 		}
 		perBatch := 4096 / innerSize(8, 0)
 		if rec := m.Stats().Calls - before; rec > int64(kept/perBatch+2) {
