@@ -250,13 +250,16 @@ func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf
 }
 
 // stuck reports that dst's messenger has no room for the first record
-// kept for it, a cheap check before draining.
+// kept for it (the open batch when nothing else is), a cheap check before
+// draining: while it holds, draining would only fail, and would cut the
+// open batch short.
 func (a *Aggregator) stuck(dst dsfabric.ThreadID, d *aggDst) bool {
-	if len(d.queue) == 0 {
-		return false // only the open batch: draining seals and sends it
+	size := recordSize(d.used)
+	if len(d.queue) != 0 {
+		size = d.queue[0].mem.Len()
 	}
 	s, err := a.m.sender(dst)
-	return err == nil && s.stuck(d.queue[0].mem.Len())
+	return err == nil && s.stuck(size)
 }
 
 // keep adds a call to dst's kept calls: into the open batch, or as a
@@ -265,41 +268,32 @@ func (a *Aggregator) stuck(dst dsfabric.ThreadID, d *aggDst) bool {
 // would be passed; err is then ErrFull.
 func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID, args, buf []byte) (atBound bool, err error) {
 	in := innerSize(len(args), len(buf))
-	alone := in > a.cfg.FlushSize
-	n := in
-	if alone {
-		n = recordSize(len(args) + len(buf))
-	}
-	if d.queued+n > a.cfg.MaxExceeding {
-		return true, fmt.Errorf("%w: %d bytes already kept for thread %d (MaxExceeding %d)", ErrFull, d.queued, dst, a.cfg.MaxExceeding)
-	}
-	if alone || d.used+in > a.cfg.FlushSize {
+	if in > a.cfg.FlushSize {
+		n := recordSize(len(args) + len(buf))
+		if d.queued+n > a.cfg.MaxExceeding {
+			return true, a.exceeding(dst, d)
+		}
 		a.closeBatch(d) // order: the open batch goes before this call
+		mem, atBound, err := a.keptMemory(dst, d, n)
+		if err != nil {
+			return atBound, err
+		}
+		b := mem.Bytes()
+		sealRecord(b, h, a.m.self, len(args), copyBody(b, args, buf))
+		d.queue = append(d.queue, keptRecord{mem, n})
+		d.queued += n
+		return false, nil
 	}
-	if alone || d.batch.IsZero() {
-		s, err := a.m.sender(dst)
+	if d.queued+in > a.cfg.MaxExceeding {
+		return true, a.exceeding(dst, d)
+	}
+	if d.used+in > a.cfg.FlushSize {
+		a.closeBatch(d)
+	}
+	if d.batch.IsZero() {
+		mem, atBound, err := a.keptMemory(dst, d, recordSize(a.cfg.FlushSize))
 		if err != nil {
-			return false, err
-		}
-		size := recordSize(a.cfg.FlushSize)
-		if alone {
-			size = n
-		}
-		// Kept calls hold their records until sent: the record memory
-		// can run out before MaxExceeding does.
-		mem, err := a.m.alloc(s.tx, size)
-		if errors.Is(err, alloc.ErrBusy) {
-			return true, fmt.Errorf("%w: %d bytes kept for thread %d fill the messengers' record memory: %v", ErrFull, d.queued, dst, err)
-		}
-		if err != nil {
-			return false, err
-		}
-		if alone {
-			b := mem.Bytes()
-			sealRecord(b, h, a.m.self, len(args), copyBody(b, args, buf))
-			d.queue = append(d.queue, keptRecord{mem, n})
-			d.queued += n
-			return false, nil
+			return atBound, err
 		}
 		d.batch = mem
 	}
@@ -307,6 +301,26 @@ func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID
 	d.used += in
 	d.queued += in
 	return false, nil
+}
+
+// exceeding is the error of a call that would pass MaxExceeding.
+func (a *Aggregator) exceeding(dst dsfabric.ThreadID, d *aggDst) error {
+	return fmt.Errorf("%w: %d bytes already kept for thread %d (MaxExceeding %d)", ErrFull, d.queued, dst, a.cfg.MaxExceeding)
+}
+
+// keptMemory allocates size bytes of record memory for kept calls. Kept
+// calls hold their records until sent, so the record memory can run out
+// before MaxExceeding does: atBound, and ErrFull.
+func (a *Aggregator) keptMemory(dst dsfabric.ThreadID, d *aggDst, size int) (mem alloc.Memory, atBound bool, err error) {
+	s, err := a.m.sender(dst)
+	if err != nil {
+		return alloc.Memory{}, false, err
+	}
+	mem, err = a.m.alloc(s.tx, size)
+	if errors.Is(err, alloc.ErrBusy) {
+		return alloc.Memory{}, true, fmt.Errorf("%w: %d bytes kept for thread %d fill the messengers' record memory: %v", ErrFull, d.queued, dst, err)
+	}
+	return mem, false, err
 }
 
 // closeBatch seals ovfl's open batch, if any, and queues it behind the

@@ -70,7 +70,9 @@ func (m *Messengers) pollIn() int {
 			// An entry with no chunks yet is left for the scan that its
 			// allocation's fresh flag brings.
 			start := !in.taken && len(in.batches) > 0
-			in.taken = in.taken || start
+			if start {
+				in.taken = true
+			}
 			in.mu.Unlock()
 			if start {
 				m.addReceiver(src, in)
