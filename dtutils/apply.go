@@ -70,9 +70,26 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 		return StatusSuccess, 8
 	case OpSend, OpWriteImm:
 		rs := t.receiver()
+		if !rs.claim() {
+			return StatusReceiverNotReady, 0
+		}
+		if op == OpSend && len(in) <= recvInlineMax && uint64(len(in)) <= rs.cnt.minLen.Load() {
+			// Inline: the message goes into the completion itself, and the
+			// target copies it into the receive it takes when it polls.
+			// One cell's lines cross between the processes, where taking
+			// the receive here would add the descriptor's and the buffer's.
+			var h [recvComplHdr]byte
+			putRecvComplHdr(h[:], Completion{Op: OpRecv, Bytes: len(in), Imm: imm, Src: src}, complInline)
+			if !rs.rcq.enqueue2(h[:], in) {
+				rs.unclaim() // a consumer died holding a cell
+				return StatusReceiverNotReady, 0
+			}
+			return StatusSuccess, len(in)
+		}
 		var e [recvDescSize]byte
 		// A receive being posted right now counts as posted (dequeueSoon).
 		if !rs.srq.dequeueSoon(e[:], claimedCellWait) {
+			rs.unclaim()
 			return StatusReceiverNotReady, 0
 		}
 		d := getRecvDesc(e[:])
@@ -99,8 +116,8 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 		var ce [recvComplSize]byte
 		putRecvCompl(ce[:], c)
 		// Cannot fail: PostRecv keeps posted-but-unpolled receives within
-		// the completion ring's capacity.
-		rs.rcq.enqueue(ce[:])
+		// the completion ring's capacity, and every entry holds a claim.
+		rs.rcq.enqueue(ce[:recvComplHdr+8])
 		return st, c.Bytes
 	case OpNop:
 		return StatusSuccess, 0
@@ -149,7 +166,9 @@ func (t localTarget) mem(region uint32, key, off, n uint64) ([]byte, bool) {
 	return b, err == nil
 }
 
-func (t localTarget) receiver() receiveSide { return receiveSide{t.p.srq, t.p.rcq} }
+func (t localTarget) receiver() receiveSide {
+	return receiveSide{srq: t.p.srq, rcq: t.p.rcq, cnt: t.p.cnt, seen: &t.p.seen}
+}
 
 func (t localTarget) call(src uint32, req, reply []byte, _ func() bool) (Status, int) {
 	return t.p.call(src, req, reply)

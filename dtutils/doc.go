@@ -33,7 +33,14 @@
 //     regions (handed over with SCM_RIGHTS on first use, after the key is
 //     proven) and applies the operation itself: the remote CPU does nothing.
 //     The shared receive queue is itself shared memory, so Send needs no
-//     receiver thread either.
+//     receiver thread either. A send first claims one of the receives the
+//     target posted (a counter beside the queue), so one beyond them is
+//     refused at once; a small one (up to 104 bytes) then travels inside
+//     its completion, and the target copies it into the receive it takes
+//     when it polls: one cell crosses between the cores, where taking the
+//     receive at the sender moved the descriptor's, the buffer's and the
+//     completion's lines (docs/wire.md, "Rings"). Every transport applies
+//     sends this way.
 //   - tcp (NewTCP): processes on different machines. One connection per queue
 //     pair; an engine goroutine on the target applies operations to
 //     registered memory; a writer goroutine batches everything posted since

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
 )
@@ -17,7 +18,8 @@ type ProcessConfig struct {
 	Rank uint32
 	// ReceiveSlots is the capacity of the shared receive queue (receives
 	// posted and not yet filled). Default 1024; must be a power of two, at
-	// least 2.
+	// least 2. Each slot takes 176 bytes of shared memory (a descriptor
+	// cell and a completion cell, which carries small sends inline).
 	ReceiveSlots int
 	// MaxUnsignaled bounds the unsignaled operations outstanding on each
 	// queue pair (the device limit of verbs). Default 1024.
@@ -83,8 +85,16 @@ type Process struct {
 	// posted and polled count receives, so that posted-but-unpolled ones
 	// never exceed the completion ring's capacity.
 	posted, polled atomic.Uint64
-	recvCQ         *ringCQ
-	progress       progressList // engines Progress drives (tcp connections)
+	cnt            recvCounters  // shared with senders: see docs/wire.md
+	seen           atomic.Uint64 // cnt.ready as last read by this process's sends to itself
+	strays         atomic.Uint64 // inline sends that came without a claimed receive
+	// recvRegion is the region the last inline delivery wrote into
+	// (receive buffers mostly share one), so that neither it nor PostRecv
+	// looks the region up each time; the registry's release hook clears
+	// it before the region is unmapped.
+	recvRegion atomic.Pointer[alloc.Region]
+	recvCQ     *ringCQ
+	progress   progressList // engines Progress drives (tcp connections)
 
 	// Calls (OpCall): the operator, the call area shm peers queue in, the
 	// calls running from other transports, and the call engine's life.
@@ -103,26 +113,31 @@ func NewProcess(cfg ProcessConfig) (*Process, error) {
 	cfg = cfg.withDefaults()
 	reg := alloc.NewRegistry(cfg.Rank)
 	n := cfg.ReceiveSlots
-	srqBytes := ringBytes(n, recvDescSize)
-	queues := srqBytes + ringBytes(n, recvComplSize)
-	region, err := reg.NewRegion(queues+callAreaBytes(cfg.CallSlots, cfg.CallBytes), alloc.RegionConfig{Name: "srq", Ladder: []alloc.Rung{alloc.Small}})
+	l := queueLayout(n)
+	region, err := reg.NewRegion(l.call+callAreaBytes(cfg.CallSlots, cfg.CallBytes), alloc.RegionConfig{Name: "srq", Ladder: []alloc.Rung{alloc.Small}})
 	if err != nil {
 		reg.Close()
 		return nil, fmt.Errorf("dtutils: receive queues: %w", err)
 	}
 	mem := region.Bytes()
 	p := &Process{cfg: cfg, reg: reg, region: region}
-	if p.srq, err = initRing(mem[:srqBytes], n, recvDescSize); err == nil {
-		p.rcq, err = initRing(mem[srqBytes:], n, recvComplSize)
+	if p.srq, err = initRing(mem[:l.rcq], n, recvDescSize); err == nil {
+		p.rcq, err = initRing(mem[l.rcq:l.cnt], n, recvComplSize)
 	}
 	if err == nil {
-		p.calls, err = initCallArea(mem[queues:], cfg.CallSlots, cfg.CallBytes)
+		p.cnt = openCounters(mem[l.cnt:l.call])
+		p.calls, err = initCallArea(mem[l.call:], cfg.CallSlots, cfg.CallBytes)
 	}
 	if err != nil {
 		reg.Close()
 		return nil, err
 	}
 	p.recvCQ = &ringCQ{r: p.rcq, polled: &p.polled, proc: p}
+	reg.OnRelease(func(id uint32) {
+		if r := p.recvRegion.Load(); r != nil && r.ID() == id {
+			p.recvRegion.CompareAndSwap(r, nil)
+		}
+	})
 	return p, nil
 }
 
@@ -141,12 +156,18 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 	if mem.Region() == nil || mem.Len() == 0 {
 		return fmt.Errorf("%w: receive buffer is empty", ErrBadRequest)
 	}
-	if r, ok := p.reg.Lookup(mem.Region().ID()); !ok || r != mem.Region() {
-		return fmt.Errorf("%w: receive buffer is not registered in process %d", ErrBadRequest, p.cfg.Rank)
+	if r := mem.Region(); r != p.recvRegion.Load() {
+		if got, ok := p.reg.Lookup(r.ID()); !ok || got != r {
+			return fmt.Errorf("%w: receive buffer is not registered in process %d", ErrBadRequest, p.cfg.Rank)
+		}
 	}
 	loc := mem.Locator()
 	var e [recvDescSize]byte
 	recvDesc{region: loc.Region, key: loc.Key, off: loc.Offset, n: loc.Length, wrid: wrid}.put(e[:])
+	// Before the descriptor is counted ready: a sender that sees the count
+	// sees a minimum that covers this receive.
+	for m := p.cnt.minLen.Load(); (m == 0 || loc.Length < m) && !p.cnt.minLen.CompareAndSwap(m, loc.Length); m = p.cnt.minLen.Load() {
+	}
 	for {
 		n := p.posted.Load()
 		if n-p.polled.Load() >= uint64(p.cfg.ReceiveSlots) {
@@ -161,6 +182,7 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 	// slot yet): retry for a while. Only a poster that died in those few
 	// instructions leaves the slot stuck.
 	if p.srq.enqueue(e[:]) {
+		p.cnt.ready.Add(1)
 		return nil
 	}
 	b := Backoff{Idle: p.Idle}
@@ -175,6 +197,7 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 			b.Wait()
 		}
 	}
+	p.cnt.ready.Add(1)
 	return nil
 }
 
@@ -222,9 +245,112 @@ func (p *Process) Close() error {
 }
 
 // receiveSide is the shared receive queue of a target process, seen from
-// whoever delivers into it (the process itself, or an shm peer).
+// whoever delivers into it (the process itself, or an shm peer): its two
+// rings, its receive counters, and the deliverer's cached copy of the
+// ready count (seen, in the deliverer's own memory).
 type receiveSide struct {
 	srq, rcq *ring
+	cnt      recvCounters
+	seen     *atomic.Uint64
+}
+
+// claim takes one of the target's posted receives for a send or a
+// write-with-immediate, or reports that none is left: claimed never passes
+// ready. The ready count lives on a line the target writes at every post,
+// so it is read again only once the claims have caught up with the value
+// last seen (it only grows; a stale seen costs one more read).
+func (rs receiveSide) claim() bool {
+	for {
+		c := rs.cnt.claimed.Load()
+		if c >= rs.seen.Load() {
+			r := rs.cnt.ready.Load()
+			rs.seen.Store(r)
+			if c >= r {
+				return false
+			}
+		}
+		if rs.cnt.claimed.CompareAndSwap(c, c+1) {
+			return true
+		}
+	}
+}
+
+// unclaim gives back a claim whose receive was not taken.
+func (rs receiveSide) unclaim() { rs.cnt.claimed.Add(^uint64(0)) }
+
+// recvCounters points at a process's receive counters (docs/wire.md).
+type recvCounters struct {
+	ready, claimed, minLen *atomic.Uint64
+}
+
+func openCounters(mem []byte) recvCounters {
+	_ = mem[recvCountersBytes-1]
+	at := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
+	return recvCounters{ready: at(cntReadyAt), claimed: at(cntClaimedAt), minLen: at(cntMinLenAt)}
+}
+
+// layout is where the parts of a process's receive-queue region start:
+// descriptor ring at 0, then the completion ring (on a cache-line
+// boundary, so that each of its 128-byte cells covers two whole lines),
+// the receive counters and the call area.
+type layout struct{ rcq, cnt, call int }
+
+func queueLayout(slots int) layout {
+	var l layout
+	l.rcq = (ringBytes(slots, recvDescSize) + 63) &^ 63
+	l.cnt = l.rcq + ringBytes(slots, recvComplSize)
+	l.call = l.cnt + recvCountersBytes
+	return l
+}
+
+// deliverInline completes an inline send (its header c, its message msg):
+// it takes a posted receive, the one the sender claimed or another as good,
+// and copies the message there. It reports false for an inline send that
+// found no receive, which only a peer that skipped its claim can cause:
+// the message is dropped and counted in strays.
+func (p *Process) deliverInline(c *Completion, msg []byte) bool {
+	var e [recvDescSize]byte
+	if !p.srq.dequeueSoon(e[:], claimedCellWait) {
+		p.strays.Add(1)
+		return false
+	}
+	d := getRecvDesc(e[:])
+	c.WRID = d.wrid
+	if c.Bytes > recvInlineMax || uint64(c.Bytes) > d.n {
+		c.Status, c.Bytes = StatusLength, 0
+		return true
+	}
+	buf, ok := p.recvBuffer(d)
+	if !ok {
+		c.Status, c.Bytes = StatusRemoteAccess, 0
+		return true
+	}
+	copy(buf, msg[:c.Bytes])
+	return true
+}
+
+// recvBuffer resolves a posted receive's buffer in this process, with the
+// checks of Registry.Resolve, through the recvRegion cache.
+func (p *Process) recvBuffer(d recvDesc) ([]byte, bool) {
+	r := p.recvRegion.Load()
+	if r == nil || r.ID() != d.region {
+		var ok bool
+		if r, ok = p.reg.Lookup(d.region); !ok {
+			return nil, false
+		}
+		p.recvRegion.Store(r)
+		// Released between the lookup and the store, its hook may have
+		// run already: only a region still registered may stay cached.
+		if cur, ok := p.reg.Lookup(d.region); !ok || cur != r {
+			p.recvRegion.CompareAndSwap(r, nil)
+			return nil, false
+		}
+	}
+	mem := r.Bytes()
+	if r.Key() != d.key || d.off > uint64(len(mem)) || d.n > uint64(len(mem))-d.off {
+		return nil, false
+	}
+	return mem[d.off : d.off+d.n : d.off+d.n], true
 }
 
 // ringCQ reads receive completions from a completion ring.
@@ -247,8 +373,12 @@ func (q *ringCQ) Poll(dst []Completion) int {
 func (q *ringCQ) poll(dst []Completion) int {
 	var e [recvComplSize]byte
 	n := 0
-	for n < len(dst) && q.r.dequeue(e[:]) {
-		dst[n] = getRecvCompl(e[:])
+	for n < len(dst) && q.r.dequeueCompl(e[:]) {
+		c, inline := getRecvCompl(e[:])
+		if inline && !q.proc.deliverInline(&c, e[recvComplHdr:]) {
+			continue
+		}
+		dst[n] = c
 		n++
 	}
 	q.polled.Add(uint64(n))

@@ -96,7 +96,11 @@ func (r *ring) seq(pos uint64) *atomic.Uint64 {
 // claimedCellWait for it. Reporting full there lost entries: the call
 // slots' free ring dropped returned slots until callers got StatusBusy
 // with nearly all slots idle (TestCallConcurrent/shm under -race).
-func (r *ring) enqueue(e []byte) bool {
+func (r *ring) enqueue(e []byte) bool { return r.enqueue2(e, nil) }
+
+// enqueue2 is enqueue of the entry e followed by tail (len(e)+len(tail) ≤
+// entry), copied into the cell without being joined first.
+func (r *ring) enqueue2(e, tail []byte) bool {
 	var b Backoff
 	var end time.Time
 	for {
@@ -106,7 +110,8 @@ func (r *ring) enqueue(e []byte) bool {
 		case d == 0:
 			if r.enqPos().CompareAndSwap(pos, pos+1) {
 				off := r.cellAt(pos) + 8
-				copy(r.mem[off:off+r.entry], e)
+				cell := r.mem[off : off+r.entry]
+				copy(cell[copy(cell, e):], tail)
 				r.seq(pos).Store(pos + 1)
 				r.wake()
 				return true
@@ -126,7 +131,14 @@ func (r *ring) enqueue(e []byte) bool {
 }
 
 // dequeue copies the oldest entry into e (len ≥ entry); false when empty.
-func (r *ring) dequeue(e []byte) bool {
+func (r *ring) dequeue(e []byte) bool { return r.dequeueSome(e, false) }
+
+// dequeueCompl is dequeue for the receive completion ring: it copies an
+// entry's header and then only the part in use (complTail), mostly a
+// fraction of the cell.
+func (r *ring) dequeueCompl(e []byte) bool { return r.dequeueSome(e, true) }
+
+func (r *ring) dequeueSome(e []byte, compl bool) bool {
 	for {
 		pos := r.deqPos().Load()
 		s := r.seq(pos).Load()
@@ -134,7 +146,13 @@ func (r *ring) dequeue(e []byte) bool {
 		case d == 0:
 			if r.deqPos().CompareAndSwap(pos, pos+1) {
 				off := r.cellAt(pos) + 8
-				copy(e, r.mem[off:off+r.entry])
+				if !compl {
+					copy(e, r.mem[off:off+r.entry])
+				} else {
+					h := copy(e[:recvComplHdr], r.mem[off:off+recvComplHdr])
+					n := min(h+complTail(e[:h]), r.entry)
+					copy(e[h:n], r.mem[off+h:off+n])
+				}
 				r.seq(pos).Store(pos + r.capacity)
 				return true
 			}

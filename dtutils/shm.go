@@ -308,12 +308,7 @@ func (p *shmProvider) peer(ep endpoint) (*shmPeer, error) {
 		peer.close()
 		return nil, fmt.Errorf("mapping rank %d's receive queue: %w", ep.rank, err)
 	}
-	if peer.rs.srq, err = openRing(m.mem); err == nil {
-		at := ringBytes(int(peer.rs.srq.capacity), recvDescSize)
-		if peer.rs.rcq, err = openRing(m.mem[at:]); err == nil {
-			peer.calls, err = openCallArea(m.mem[at+ringBytes(int(peer.rs.rcq.capacity), recvComplSize):])
-		}
-	}
+	peer.rs, peer.calls, err = openQueues(m.mem, &peer.seen)
 	if err != nil {
 		peer.close()
 		return nil, err
@@ -324,6 +319,29 @@ func (p *shmProvider) peer(ep endpoint) (*shmPeer, error) {
 	return peer, nil
 }
 
+// openQueues attaches to a peer's receive-queue region (laid out by
+// NewProcess: queueLayout), checking every part before use.
+func openQueues(mem []byte, seen *atomic.Uint64) (receiveSide, *callArea, error) {
+	rs := receiveSide{seen: seen}
+	var err error
+	if rs.srq, err = openRing(mem); err != nil {
+		return rs, nil, err
+	}
+	l := queueLayout(int(rs.srq.capacity))
+	if rs.srq.entry != recvDescSize || len(mem) < l.call {
+		return rs, nil, fmt.Errorf("%w: receive queue of %d-byte entries in %d bytes", ErrBadEndpoint, rs.srq.entry, len(mem))
+	}
+	if rs.rcq, err = openRing(mem[l.rcq:l.cnt]); err != nil {
+		return rs, nil, err
+	}
+	if rs.rcq.entry != recvComplSize || rs.rcq.capacity != rs.srq.capacity {
+		return rs, nil, fmt.Errorf("%w: completion ring of %d %d-byte entries beside %d receive slots (a peer of another version?)", ErrBadEndpoint, rs.rcq.capacity, rs.rcq.entry, rs.srq.capacity)
+	}
+	rs.cnt = openCounters(mem[l.cnt:l.call])
+	calls, err := openCallArea(mem[l.call:])
+	return rs, calls, err
+}
+
 // shmPeer is another process on this machine: its receive queues and the
 // regions of it mapped so far.
 type shmPeer struct {
@@ -332,7 +350,8 @@ type shmPeer struct {
 	ctl     *net.UnixConn
 	regions *xsync.MapOf[uint32, *shmMapping]
 	rs      receiveSide
-	calls   *callArea // the peer's call area (OpCall)
+	seen    atomic.Uint64 // the peer's ready count as last read (receiveSide.claim)
+	calls   *callArea     // the peer's call area (OpCall)
 	gone    atomic.Bool
 	last    atomic.Pointer[shmMapping] // the region written last (syncQP.writeNow)
 }

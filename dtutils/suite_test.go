@@ -260,6 +260,141 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 			t.Fatalf("write-imm receive: %+v", r)
 		}
 	})
+	t.Run("SendInlineAndClaims", func(t *testing.T) {
+		// Sends of up to recvInlineMax bytes travel inside the completion
+		// and are copied into the receive the target takes when it polls;
+		// longer ones take a receive at the sender. One count of claims
+		// covers both: a send beyond the posted receives is refused at
+		// once, and messages arrive in the order sent, whatever the path.
+		a, b := connectPair(t, mk, nil)
+		sizes := []int{8, recvInlineMax, recvInlineMax + 1, 40, 400, 1}
+		for i := range sizes {
+			if err := b.proc.PostRecv(b.mem(t, 1024*i, 512), uint64(200+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, n := range sizes {
+			m := a.mem(t, 1024*i, n)
+			fill(m.Bytes(), 10+i)
+			if c := post(t, a.qp, WorkRequest{Op: OpSend, Local: m, Imm: uint32(i)}); c.Status != StatusSuccess || c.Bytes != n {
+				t.Fatalf("send %d (%d bytes): %+v", i, n, c)
+			}
+		}
+		if c := post(t, a.qp, WorkRequest{Op: OpSend, Local: a.mem(t, 0, 8)}); c.Status != StatusReceiverNotReady {
+			t.Fatalf("send with every receive claimed: %+v", c)
+		}
+		used := map[uint64]bool{}
+		for i, n := range sizes {
+			r := wait(t, b.proc.RecvCQ())
+			j := int(r.WRID) - 200
+			if r.Status != StatusSuccess || r.Imm != uint32(i) || r.Bytes != n || j < 0 || j >= len(sizes) || used[r.WRID] {
+				t.Fatalf("receive %d: %+v", i, r)
+			}
+			used[r.WRID] = true
+			want := make([]byte, n)
+			fill(want, 10+i)
+			if !bytes.Equal(b.buf.Bytes()[1024*j:1024*j+n], want) {
+				t.Fatalf("receive %d: bytes differ", i)
+			}
+		}
+		var cs [4]Completion
+		if n := b.proc.RecvCQ().Poll(cs[:]); n != 0 {
+			t.Fatalf("the refused send arrived: %+v", cs[:n])
+		}
+		// A shorter receive than any before: a message that may not fit
+		// takes the receive at the sender, so both sides learn it.
+		if err := b.proc.PostRecv(b.mem(t, 0, 16), 300); err != nil {
+			t.Fatal(err)
+		}
+		if c := post(t, a.qp, WorkRequest{Op: OpSend, Local: a.mem(t, 0, 40)}); c.Status != StatusLength {
+			t.Fatalf("40-byte send into a 16-byte receive: %+v", c)
+		}
+		if r := wait(t, b.proc.RecvCQ()); r.Status != StatusLength || r.WRID != 300 {
+			t.Fatalf("receiver of the oversize send: %+v", r)
+		}
+		if b.proc.strays.Load() != 0 {
+			t.Fatalf("%d inline sends found no receive", b.proc.strays.Load())
+		}
+	})
+	t.Run("SendHammer", func(t *testing.T) {
+		// Goroutines send inline and longer messages through one
+		// Transmitter while the target reposts its few receives (each
+		// sender holds a credit per message in flight, as dsfabric does: a
+		// refused send fails a tcp queue pair): each message arrives once
+		// and each goroutine's in order.
+		a, b := connectPair(t, mk, nil)
+		const senders, each, posted, bufBytes = 4, 400, 16, 256
+		tx, err := NewTransmitter(a.qp, a.proc.Config().MaxUnsignaled, TransmitterConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		credits := make(chan struct{}, posted)
+		for i := 0; i < posted; i++ {
+			if err := b.proc.PostRecv(b.mem(t, bufBytes*i, bufBytes), uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+			credits <- struct{}{}
+		}
+		msgs := make([][]alloc.Memory, senders)
+		for g := range msgs {
+			for k := 0; k < each; k++ {
+				n := 8 + (k%3)*100 // 8, 108 (over the inline limit), 208
+				m := a.mem(t, bufBytes*(g*each+k), n)
+				binary.LittleEndian.PutUint32(m.Bytes(), uint32(g))
+				binary.LittleEndian.PutUint32(m.Bytes()[4:], uint32(k))
+				msgs[g] = append(msgs[g], m)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		errs := make(chan error, senders)
+		for g := 0; g < senders; g++ {
+			go func() {
+				for k, m := range msgs[g] {
+					select {
+					case <-credits:
+					case <-ctx.Done():
+						errs <- ctx.Err()
+						return
+					}
+					if err := tx.Send(m, uint32(m.Len())); err != nil {
+						errs <- fmt.Errorf("sender %d, message %d: %w", g, k, err)
+						return
+					}
+				}
+				errs <- tx.Flush(ctx)
+			}()
+		}
+		next := make([]int, senders)
+		var cs [8]Completion
+		for got := 0; got < senders*each; {
+			n, err := b.proc.RecvCQ().Wait(ctx, cs[:])
+			if err != nil {
+				t.Fatalf("after %d messages: %v", got, err)
+			}
+			for _, c := range cs[:n] {
+				msg := b.buf.Bytes()[bufBytes*int(c.WRID):]
+				g, k := int(binary.LittleEndian.Uint32(msg)), int(binary.LittleEndian.Uint32(msg[4:]))
+				if c.Status != StatusSuccess || c.Bytes != int(c.Imm) || g >= senders || k != next[g] {
+					t.Fatalf("message %d: %+v, sender %d message %d", got, c, g, k)
+				}
+				next[g]++
+				if err := b.proc.PostRecv(b.mem(t, bufBytes*int(c.WRID), bufBytes), c.WRID); err != nil {
+					t.Fatal(err)
+				}
+				credits <- struct{}{}
+			}
+			got += n
+		}
+		for g := 0; g < senders; g++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := b.proc.RecvCQ().Poll(cs[:]); n != 0 || b.proc.strays.Load() != 0 {
+			t.Fatalf("%d more completions, %d strays", n, b.proc.strays.Load())
+		}
+	})
 	t.Run("RemoteAccessChecks", func(t *testing.T) {
 		a, b := connectPair(t, mk, nil)
 		snapshot := append([]byte(nil), b.buf.Bytes()...)

@@ -39,30 +39,80 @@ func getRecvDesc(b []byte) recvDesc {
 	}
 }
 
-// Receive completion: one entry of the receive completion ring.
+// Receive completion: one entry of the receive completion ring, a 16-byte
+// header and then either the wrid of the receive it completes or, for a
+// send delivered inline, the message itself (the receiving process then
+// takes a posted receive and copies it there when it polls).
 //
-//	0  u64 wrid   8 u32 bytes   12 u32 imm   16 u32 source rank
-//	20 u8 op      21 u8 status  22 u16 reserved
-const recvComplSize = 24
+//	0  u32 bytes   4 u32 imm   8 u32 source rank   12 u8 op   13 u8 status
+//	14 u8 flags (bit 0: inline)   15 u8 reserved
+//	16 u64 wrid, or the inline message (bytes ≤ recvInlineMax)
+//
+// The entry is 120 bytes, so a cell (with the ring's 8-byte sequence) is
+// two cache lines, and a message of up to 40 bytes (a dsfabric call with 8
+// bytes of arguments) fills only the first.
+const (
+	recvComplHdr  = 16
+	recvComplSize = 120
+	recvInlineMax = recvComplSize - recvComplHdr
+
+	complInline = 1 << 0
+)
+
+func putRecvComplHdr(b []byte, c Completion, flags byte) {
+	binary.LittleEndian.PutUint32(b[0:], uint32(c.Bytes))
+	binary.LittleEndian.PutUint32(b[4:], c.Imm)
+	binary.LittleEndian.PutUint32(b[8:], c.Src)
+	b[12], b[13], b[14], b[15] = byte(c.Op), byte(c.Status), flags, 0
+}
 
 func putRecvCompl(b []byte, c Completion) {
-	binary.LittleEndian.PutUint64(b[0:], c.WRID)
-	binary.LittleEndian.PutUint32(b[8:], uint32(c.Bytes))
-	binary.LittleEndian.PutUint32(b[12:], c.Imm)
-	binary.LittleEndian.PutUint32(b[16:], c.Src)
-	b[20], b[21], b[22], b[23] = byte(c.Op), byte(c.Status), 0, 0
+	putRecvComplHdr(b, c, 0)
+	binary.LittleEndian.PutUint64(b[16:], c.WRID)
 }
 
-func getRecvCompl(b []byte) Completion {
-	return Completion{
-		WRID:   binary.LittleEndian.Uint64(b[0:]),
-		Bytes:  int(binary.LittleEndian.Uint32(b[8:])),
-		Imm:    binary.LittleEndian.Uint32(b[12:]),
-		Src:    binary.LittleEndian.Uint32(b[16:]),
-		Op:     Op(b[20]),
-		Status: Status(b[21]),
+// getRecvCompl decodes an entry's header; inline reports a message that
+// follows it (c.WRID is then unset), otherwise the wrid is read.
+func getRecvCompl(b []byte) (c Completion, inline bool) {
+	c = Completion{
+		Bytes:  int(binary.LittleEndian.Uint32(b[0:])),
+		Imm:    binary.LittleEndian.Uint32(b[4:]),
+		Src:    binary.LittleEndian.Uint32(b[8:]),
+		Op:     Op(b[12]),
+		Status: Status(b[13]),
 	}
+	if b[14]&complInline != 0 {
+		return c, true
+	}
+	c.WRID = binary.LittleEndian.Uint64(b[16:])
+	return c, false
 }
+
+// complTail is how many bytes of an entry follow its header: the message
+// of an inline one (at most recvInlineMax, whatever a corrupt length
+// says), else the wrid. The ring copies no more of a cell than this.
+func complTail(hdr []byte) int {
+	if hdr[14]&complInline != 0 {
+		return min(int(binary.LittleEndian.Uint32(hdr[0:])), recvInlineMax)
+	}
+	return 8
+}
+
+// Receive counters: three cache lines after the completion ring. ready
+// counts receives posted (stored by the receiving process after the
+// descriptor is in the queue), claimed counts the sends and
+// writes-with-immediate that have taken one of them (each claim is later
+// consumed by exactly one dequeue of a descriptor: by the sender, or for an
+// inline send by the receiver), so claimed ≤ ready always. minLen is the
+// length of the shortest receive ever posted (0: none yet); it only falls.
+//
+//	0 u64 ready   64 u64 claimed   128 u64 minLen
+const (
+	recvCountersBytes = 192
+	cntReadyAt        = 0
+	cntClaimedAt      = 64
+	cntMinLenAt       = 128
+)
 
 // Endpoints: what one side of a queue pair gives the other to connect.
 //
