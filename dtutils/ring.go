@@ -8,9 +8,11 @@ import (
 )
 
 // ring is a bounded multi-producer multi-consumer queue of fixed-size entries
-// (D. Vyukov's algorithm) laid out in a byte slice, so that it works the same
-// in one process and between processes sharing a memfd. Its layout is part of
-// the shm wire format (docs/wire.md):
+// (D. Vyukov's algorithm: positions claimed by compare-and-swap, cells
+// handed over by release stores of their sequence numbers) laid out in a
+// byte slice, so that it works the same in one process and between
+// processes sharing a memfd. Its layout is part of the shm wire format
+// (docs/wire.md):
 //
 //	offset 0    uint64 magic
 //	offset 8    uint64 capacity (power of two)
@@ -112,7 +114,10 @@ func (r *ring) enqueue2(e, tail []byte) bool {
 				off := r.cellAt(pos) + 8
 				cell := r.mem[off : off+r.entry]
 				copy(cell[copy(cell, e):], tail)
-				r.seq(pos).Store(pos + 1)
+				// A release store, not sync/atomic's XCHG: that one waits
+				// for the cell's lines, which the consumer last held, and
+				// the wait showed as the sender's hottest line.
+				storeRelease(unsafe.Pointer(r.seq(pos)), pos+1)
 				r.wake()
 				return true
 			}
@@ -153,7 +158,7 @@ func (r *ring) dequeueSome(e []byte, compl bool) bool {
 					n := min(h+complTail(e[:h]), r.entry)
 					copy(e[h:n], r.mem[off+h:off+n])
 				}
-				r.seq(pos).Store(pos + r.capacity)
+				storeRelease(unsafe.Pointer(r.seq(pos)), pos+r.capacity)
 				return true
 			}
 		case d < 0:
