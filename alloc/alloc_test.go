@@ -761,3 +761,30 @@ func TestOnRelease(t *testing.T) {
 		t.Fatalf("hook saw %v, want [%d]", seen, a.ID())
 	}
 }
+
+// TestRegionSpan: Span makes Resolve's checks of a key and a range.
+func TestRegionSpan(t *testing.T) {
+	reg := NewRegistry(7)
+	defer reg.Close()
+	r, _ := reg.NewRegion(8192, RegionConfig{})
+	size := uint64(r.Size())
+	if b, ok := r.Span(r.Key(), 100, 50); !ok || len(b) != 50 || cap(b) != 50 || &b[0] != &r.Bytes()[100] {
+		t.Fatalf("Span = %d bytes (cap %d), %v", len(b), cap(b), ok)
+	}
+	if b, ok := r.Span(r.Key(), size, 0); !ok || len(b) != 0 {
+		t.Fatalf("empty span at the end: %v", ok)
+	}
+	for _, c := range []struct {
+		name        string
+		key, off, n uint64
+	}{
+		{"wrong key", r.Key() ^ 1, 0, 8},
+		{"past the end", r.Key(), size - 4, 8},
+		{"offset past the end", r.Key(), size + 1, 0},
+		{"wrapping length", r.Key(), 8, ^uint64(0)},
+	} {
+		if _, ok := r.Span(c.key, c.off, c.n); ok {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}

@@ -134,6 +134,17 @@ func (r *Region) Rung() Rung { return r.rung }
 // Bound reports whether the region is bound to a NUMA node.
 func (r *Region) Bound() bool { return r.bound }
 
+// Span returns [off, off+n) of the region if key is the region's key and
+// the range lies inside it: the checks Registry.Resolve makes of a
+// locator, for a caller that holds the region already (a transport that
+// caches it).
+func (r *Region) Span(key, off, n uint64) ([]byte, bool) {
+	if key != r.key || !checkRange(off, n, uint64(len(r.mem))) {
+		return nil, false
+	}
+	return r.mem[off : off+n : off+n], true
+}
+
 // Locator returns the locator of [off, off+n) of the region.
 func (r *Region) Locator(off, n int) (Locator, error) {
 	if off < 0 || n < 0 || !checkRange(uint64(off), uint64(n), uint64(len(r.mem))) {

@@ -329,8 +329,8 @@ func (p *Process) deliverInline(c *Completion, msg []byte) bool {
 	return true
 }
 
-// recvBuffer resolves a posted receive's buffer in this process, with the
-// checks of Registry.Resolve, through the recvRegion cache.
+// recvBuffer resolves a posted receive's buffer in this process through
+// the recvRegion cache, with the checks of Registry.Resolve (Region.Span).
 func (p *Process) recvBuffer(d recvDesc) ([]byte, bool) {
 	r := p.recvRegion.Load()
 	if r == nil || r.ID() != d.region {
@@ -346,11 +346,7 @@ func (p *Process) recvBuffer(d recvDesc) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	mem := r.Bytes()
-	if r.Key() != d.key || d.off > uint64(len(mem)) || d.n > uint64(len(mem))-d.off {
-		return nil, false
-	}
-	return mem[d.off : d.off+d.n : d.off+d.n], true
+	return r.Span(d.key, d.off, d.n)
 }
 
 // ringCQ reads receive completions from a completion ring.
@@ -373,6 +369,9 @@ func (q *ringCQ) Poll(dst []Completion) int {
 func (q *ringCQ) poll(dst []Completion) int {
 	var e [recvComplSize]byte
 	n := 0
+	// An inline message is copied out of its cell first and delivered
+	// after: delivering from the cell itself would hold the cell, and stall
+	// the producer a lap later, while a descriptor is taken and resolved.
 	for n < len(dst) && q.r.dequeueCompl(e[:]) {
 		c, inline := getRecvCompl(e[:])
 		if inline && !q.proc.deliverInline(&c, e[recvComplHdr:]) {
