@@ -35,7 +35,7 @@
 //     The shared receive queue is itself shared memory, so Send needs no
 //     receiver thread either. A send first claims one of the receives the
 //     target posted (a counter beside the queue), so one beyond them is
-//     refused at once; a small one (up to 104 bytes) then travels inside
+//     refused at once; a small one (up to 296 bytes) then travels inside
 //     its completion, and the target copies it into the receive it takes
 //     when it polls: one cell crosses between the cores, where taking the
 //     receive at the sender moved the descriptor's, the buffer's and the

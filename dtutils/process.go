@@ -18,7 +18,7 @@ type ProcessConfig struct {
 	Rank uint32
 	// ReceiveSlots is the capacity of the shared receive queue (receives
 	// posted and not yet filled). Default 1024; must be a power of two, at
-	// least 2. Each slot takes 176 bytes of shared memory (a descriptor
+	// least 2. Each slot takes 368 bytes of shared memory (a descriptor
 	// cell and a completion cell, which carries small sends inline).
 	ReceiveSlots int
 	// MaxUnsignaled bounds the unsignaled operations outstanding on each
@@ -291,7 +291,7 @@ func openCounters(mem []byte) recvCounters {
 
 // layout is where the parts of a process's receive-queue region start:
 // descriptor ring at 0, then the completion ring (on a cache-line
-// boundary, so that each of its 128-byte cells covers two whole lines),
+// boundary, so that each of its 320-byte cells covers five whole lines),
 // the receive counters and the call area.
 type layout struct{ rcq, cnt, call int }
 

@@ -323,7 +323,7 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 		// refused send fails a tcp queue pair): each message arrives once
 		// and each goroutine's in order.
 		a, b := connectPair(t, mk, nil)
-		const senders, each, posted, bufBytes = 4, 400, 16, 256
+		const senders, each, posted, bufBytes = 4, 400, 16, 512
 		tx, err := NewTransmitter(a.qp, a.proc.Config().MaxUnsignaled, TransmitterConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -338,7 +338,7 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 		msgs := make([][]alloc.Memory, senders)
 		for g := range msgs {
 			for k := 0; k < each; k++ {
-				n := 8 + (k%3)*100 // 8, 108 (over the inline limit), 208
+				n := 8 + (k%3)*200 // 8, 208, 408 (over the inline limit)
 				m := a.mem(t, bufBytes*(g*each+k), n)
 				binary.LittleEndian.PutUint32(m.Bytes(), uint32(g))
 				binary.LittleEndian.PutUint32(m.Bytes()[4:], uint32(k))

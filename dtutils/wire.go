@@ -48,12 +48,13 @@ func getRecvDesc(b []byte) recvDesc {
 //	14 u8 flags (bit 0: inline)   15 u8 reserved
 //	16 u64 wrid, or the inline message (bytes ≤ recvInlineMax)
 //
-// The entry is 120 bytes, so a cell (with the ring's 8-byte sequence) is
-// two cache lines, and a message of up to 40 bytes (a dsfabric call with 8
-// bytes of arguments) fills only the first.
+// The entry is 312 bytes, so a cell (with the ring's 8-byte sequence) is
+// five cache lines: a dsfabric call with 256 bytes of arguments (288
+// bytes) goes inline, and a message of up to 40 bytes (one with 8 bytes of
+// arguments) fills only the first line.
 const (
 	recvComplHdr  = 16
-	recvComplSize = 120
+	recvComplSize = 312
 	recvInlineMax = recvComplSize - recvComplHdr
 
 	complInline = 1 << 0
