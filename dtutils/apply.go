@@ -113,11 +113,11 @@ func apply(t target, op Op, remote alloc.Locator, in, out []byte, imm uint32, ar
 		if st != StatusSuccess {
 			c.Bytes = 0
 		}
-		var ce [recvComplSize]byte
+		var ce [recvComplHdr + 8]byte // header and wrid: the rest of the cell is not read
 		putRecvCompl(ce[:], c)
 		// Cannot fail: PostRecv keeps posted-but-unpolled receives within
 		// the completion ring's capacity, and every entry holds a claim.
-		rs.rcq.enqueue(ce[:recvComplHdr+8])
+		rs.rcq.enqueue(ce[:])
 		return st, c.Bytes
 	case OpNop:
 		return StatusSuccess, 0

@@ -166,7 +166,11 @@ func (p *Process) PostRecv(mem alloc.Memory, wrid uint64) error {
 	recvDesc{region: loc.Region, key: loc.Key, off: loc.Offset, n: loc.Length, wrid: wrid}.put(e[:])
 	// Before the descriptor is counted ready: a sender that sees the count
 	// sees a minimum that covers this receive.
-	for m := p.cnt.minLen.Load(); (m == 0 || loc.Length < m) && !p.cnt.minLen.CompareAndSwap(m, loc.Length); m = p.cnt.minLen.Load() {
+	for {
+		m := p.cnt.minLen.Load()
+		if m != 0 && m <= loc.Length || p.cnt.minLen.CompareAndSwap(m, loc.Length) {
+			break
+		}
 	}
 	for {
 		n := p.posted.Load()
