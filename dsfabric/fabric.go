@@ -52,7 +52,8 @@ type Fabric struct {
 	life     sync.RWMutex // read-held by callers awaiting replies while they use proc; Close takes it
 	procGone bool         // proc is closed (under life)
 	rxCS     [16]dtutils.Completion
-	svc      inbox // service calls, broadcast forwarding, refusals
+	rxInl    [16 * dtutils.InlineMax]byte // small messages routed from where they arrived (PollRecvInPlace)
+	svc      inbox                        // service calls, broadcast forwarding, refusals
 	svcBell  chan struct{}
 	sends    *alloc.ZoneAllocator // send buffers
 	pending  *xsync.MapOf[uint64, *pendingCall]

@@ -125,20 +125,31 @@ func (f *Fabric) routeLocked() int {
 	for {
 		// No progress driving here: Worker.Poll runs beside loops that
 		// call Progress already; idle waiters and Serve drive it.
-		n := f.proc.PollRecv(f.rxCS[:])
+		// Small messages are routed from where they arrived, and their
+		// receive buffers stay posted (PollRecvInPlace).
+		n := f.proc.PollRecvInPlace(f.rxCS[:], f.rxInl[:])
 		if n == 0 {
 			break
 		}
-		for _, c := range f.rxCS[:n] {
-			m := f.recvBuf(int(c.WRID))
+		for i, c := range f.rxCS[:n] {
+			var m alloc.Memory
+			var msg []byte
+			if c.InPlace {
+				msg = f.rxInl[i*dtutils.InlineMax:][:c.Bytes]
+			} else {
+				m = f.recvBuf(int(c.WRID))
+				msg = m.Bytes()[:c.Bytes]
+			}
 			src := int(c.Src)
 			if c.Status == dtutils.StatusSuccess {
-				f.route(m.Bytes()[:c.Bytes], src)
+				f.route(msg, src)
 			} else {
 				f.log.Warn("dsfabric: failed receive", "from", c.Src, "status", c.Status)
 			}
-			if err := f.proc.PostRecv(m, c.WRID); err != nil && !f.closing.Load() {
-				f.log.Error("dsfabric: reposting a receive buffer", "err", err)
+			if !c.InPlace {
+				if err := f.proc.PostRecv(m, c.WRID); err != nil && !f.closing.Load() {
+					f.log.Error("dsfabric: reposting a receive buffer", "err", err)
+				}
 			}
 			if src >= 0 && src < len(f.peers) {
 				// Credits go back as soon as a batch is consumed, not once

@@ -99,74 +99,95 @@ func BenchmarkQueuePairWrite(b *testing.B) {
 // credit count, as dsfabric's). What one send-based message costs below
 // dsfabric, per transport and size.
 func BenchmarkSendRecv(b *testing.B) {
-	const posted = 32
 	for _, tr := range transports {
 		for _, size := range []int{8, 64, 256} {
-			b.Run(fmt.Sprintf("%s/%d", tr.name, size), func(b *testing.B) {
-				a, p := connectPair(b, tr.make, func(c *ProcessConfig) { c.ReceiveSlots = 2 * posted })
-				tx, err := NewTransmitter(a.qp, a.proc.Config().MaxUnsignaled, TransmitterConfig{})
-				if err != nil {
-					b.Fatal(err)
+			for _, inPlace := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%d", tr.name, size)
+				if inPlace {
+					name += "/inplace" // PollRecvInPlace: the receives stay posted
 				}
-				bufs := make([]alloc.Memory, posted)
-				for i := range bufs {
-					bufs[i] = p.mem(b, i*size, size)
-					if err := p.proc.PostRecv(bufs[i], uint64(i)); err != nil {
-						b.Fatal(err)
-					}
-				}
-				src := a.mem(b, 0, size)
-				src.Bytes()[0] = 0xa5
-				var consumed atomic.Int64
-				var stop atomic.Bool // the sender failed: nothing more will come
-				defer stop.Store(true)
-				done := make(chan error, 1)
-				b.ReportAllocs()
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				go func() {
-					var cs [16]Completion
-					w := benchWait()
-					for got := 0; got < b.N && !stop.Load(); {
-						n := p.proc.PollRecv(cs[:])
-						if n == 0 {
-							p.proc.Progress()
-							w.Wait()
-							continue
-						}
-						w.Reset()
-						for _, c := range cs[:n] {
-							// The handler reads the message.
-							if c.Status != StatusSuccess || c.Bytes != size || bufs[c.WRID].Bytes()[0] != 0xa5 {
-								done <- fmt.Errorf("receive %d: status %v, %d bytes", got, c.Status, c.Bytes)
-								return
-							}
-							if err := p.proc.PostRecv(bufs[c.WRID], c.WRID); err != nil {
-								done <- err
-								return
-							}
-						}
-						got += n
-						consumed.Add(int64(n))
-					}
-					done <- nil
-				}()
-				w := benchWait()
-				for i := 0; i < b.N; i++ {
-					for int64(i)-consumed.Load() >= posted {
-						a.proc.Progress()
-						w.Wait()
-					}
-					w.Reset()
-					if err := tx.Send(src, 0); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := <-done; err != nil {
-					b.Fatal(err)
-				}
-			})
+				b.Run(name, func(b *testing.B) { benchSendRecv(b, tr.make, size, inPlace) })
+			}
 		}
+	}
+}
+
+func benchSendRecv(b *testing.B, mk func(testing.TB, *Process, *Process) (Provider, Provider), size int, inPlace bool) {
+	const posted = 32
+	a, p := connectPair(b, mk, func(c *ProcessConfig) { c.ReceiveSlots = 2 * posted })
+	tx, err := NewTransmitter(a.qp, a.proc.Config().MaxUnsignaled, TransmitterConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bufs := make([]alloc.Memory, posted)
+	for i := range bufs {
+		bufs[i] = p.mem(b, i*size, size)
+		if err := p.proc.PostRecv(bufs[i], uint64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	src := a.mem(b, 0, size)
+	src.Bytes()[0] = 0xa5
+	var consumed atomic.Int64
+	var stop atomic.Bool // the sender failed: nothing more will come
+	defer stop.Store(true)
+	done := make(chan error, 1)
+	b.ReportAllocs()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	go func() {
+		var cs [16]Completion
+		var inl [len(cs) * InlineMax]byte
+		w := benchWait()
+		for got := 0; got < b.N && !stop.Load(); {
+			var n int
+			if inPlace {
+				n = p.proc.PollRecvInPlace(cs[:], inl[:])
+			} else {
+				n = p.proc.PollRecv(cs[:])
+			}
+			if n == 0 {
+				p.proc.Progress()
+				w.Wait()
+				continue
+			}
+			w.Reset()
+			for i, c := range cs[:n] {
+				// The handler reads the message.
+				msg := inl[i*InlineMax:]
+				if !c.InPlace {
+					msg = bufs[c.WRID].Bytes()
+				}
+				if c.Status != StatusSuccess || c.Bytes != size || msg[0] != 0xa5 {
+					done <- fmt.Errorf("receive %d: status %v, %d bytes", got, c.Status, c.Bytes)
+					return
+				}
+				if c.InPlace {
+					continue
+				}
+				if err := p.proc.PostRecv(bufs[c.WRID], c.WRID); err != nil {
+					done <- err
+					return
+				}
+			}
+			got += n
+			consumed.Add(int64(n))
+		}
+		done <- nil
+	}()
+	w := benchWait()
+	for i := 0; i < b.N; i++ {
+		for int64(i)-consumed.Load() >= posted {
+			a.proc.Progress()
+			w.Wait()
+		}
+		w.Reset()
+		if err := tx.Send(src, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package dtutils
 
 import (
+	"bytes"
 	"encoding/binary"
 	"sync/atomic"
 	"testing"
@@ -73,6 +74,63 @@ func FuzzRecvCompl(f *testing.F) {
 		}
 		if k != got || strays != int(p.strays.Load()) {
 			t.Fatalf("%d completions and %d strays, want %d and %d", got, p.strays.Load(), k, strays)
+		}
+	})
+}
+
+// FuzzRecvComplInPlace polls entries as a peer could write them through
+// PollRecvInPlace: an inline one comes back in place with its message (or
+// StatusLength for a corrupt length) and counts its receive posted again,
+// any other as written; none is lost or invented.
+func FuzzRecvComplInPlace(f *testing.F) {
+	var e [recvComplSize]byte
+	putRecvComplHdr(e[:], Completion{Op: OpRecv, Bytes: 8, Src: 1, Imm: 5}, complInline)
+	copy(e[recvComplHdr:], "8 bytes!")
+	f.Add(e[:])
+	putRecvCompl(e[:], Completion{Op: OpRecv, WRID: 7, Bytes: 3})
+	f.Add(e[:])
+	binary.LittleEndian.PutUint32(e[0:], 1<<31)
+	e[14] = 0xff
+	f.Add(e[:])
+	f.Fuzz(func(t *testing.T, entries []byte) {
+		p := newProcess(t, 0, func(c *ProcessConfig) { c.ReceiveSlots = 8 })
+		var cells [][recvComplSize]byte
+		for len(entries) > 0 && len(cells) < 8 {
+			var cell [recvComplSize]byte
+			entries = entries[copy(cell[:], entries):]
+			if !p.rcq.enqueue(cell[:]) {
+				t.Fatalf("the ring refused entry %d", len(cells))
+			}
+			cells = append(cells, cell)
+		}
+		ready := p.cnt.ready.Load()
+		var cs [16]Completion
+		buf := make([]byte, len(cs)*InlineMax)
+		got := p.PollRecvInPlace(cs[:], buf)
+		if got != len(cells) {
+			t.Fatalf("%d completions for %d entries", got, len(cells))
+		}
+		inline := 0
+		for i, cell := range cells {
+			want, inl := getRecvCompl(cell[:])
+			c := cs[i]
+			if !inl {
+				if c != want {
+					t.Fatalf("completion %+v, want it as written: %+v", c, want)
+				}
+				continue
+			}
+			inline++
+			want.InPlace = true
+			if want.Bytes > InlineMax {
+				want.Status, want.Bytes = StatusLength, 0
+			}
+			if c != want || !bytes.Equal(buf[i*InlineMax:][:c.Bytes], cell[recvComplHdr:recvComplHdr+c.Bytes]) {
+				t.Fatalf("inline entry %d completed as %+v, want %+v and its message", i, c, want)
+			}
+		}
+		if r := p.cnt.ready.Load(); r != ready+uint64(inline) || p.posted.Load() != uint64(inline) || p.polled.Load() != uint64(got) {
+			t.Fatalf("ready %d→%d, posted %d, polled %d after %d entries, %d inline", ready, r, p.posted.Load(), p.polled.Load(), got, inline)
 		}
 	})
 }

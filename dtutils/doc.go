@@ -39,8 +39,9 @@
 //     its completion, and the target copies it into the receive it takes
 //     when it polls: one cell crosses between the cores, where taking the
 //     receive at the sender moved the descriptor's, the buffer's and the
-//     completion's lines (docs/wire.md, "Rings"). Every transport applies
-//     sends this way.
+//     completion's lines (docs/wire.md, "Rings"). A consumer that polls
+//     with Process.PollRecvInPlace reads such a message where it arrived
+//     and leaves the receive posted. Every transport applies sends this way.
 //   - tcp (NewTCP): processes on different machines. One connection per queue
 //     pair; an engine goroutine on the target applies operations to
 //     registered memory; a writer goroutine batches everything posted since

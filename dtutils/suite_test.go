@@ -316,85 +316,46 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 			t.Fatalf("%d inline sends found no receive", b.proc.strays.Load())
 		}
 	})
-	t.Run("SendHammer", func(t *testing.T) {
-		// Goroutines send inline and longer messages through one
-		// Transmitter while the target reposts its few receives (each
-		// sender holds a credit per message in flight, as dsfabric does: a
-		// refused send fails a tcp queue pair): each message arrives once
-		// and each goroutine's in order.
+	t.Run("SendInPlace", func(t *testing.T) {
+		// PollRecvInPlace hands over inline sends from their completions
+		// and leaves the receive they claimed posted: one receive serves
+		// any number of them, and then still takes a long send.
 		a, b := connectPair(t, mk, nil)
-		const senders, each, posted, bufBytes = 4, 400, 16, 512
-		tx, err := NewTransmitter(a.qp, a.proc.Config().MaxUnsignaled, TransmitterConfig{})
-		if err != nil {
+		if err := b.proc.PostRecv(b.mem(t, 4096, 512), 7); err != nil {
 			t.Fatal(err)
 		}
-		credits := make(chan struct{}, posted)
-		for i := 0; i < posted; i++ {
-			if err := b.proc.PostRecv(b.mem(t, bufBytes*i, bufBytes), uint64(i)); err != nil {
-				t.Fatal(err)
+		var cs [4]Completion
+		buf := make([]byte, len(cs)*InlineMax)
+		for i, n := range []int{8, InlineMax, 40, 1, InlineMax + 1} {
+			m := a.mem(t, 1024*(i%4), n)
+			fill(m.Bytes(), 20+i)
+			if c := post(t, a.qp, WorkRequest{Op: OpSend, Local: m, Imm: uint32(i)}); c.Status != StatusSuccess {
+				t.Fatalf("send %d (%d bytes): %+v", i, n, c)
 			}
-			credits <- struct{}{}
-		}
-		msgs := make([][]alloc.Memory, senders)
-		for g := range msgs {
-			for k := 0; k < each; k++ {
-				n := 8 + (k%3)*200 // 8, 208, 408 (over the inline limit)
-				m := a.mem(t, bufBytes*(g*each+k), n)
-				binary.LittleEndian.PutUint32(m.Bytes(), uint32(g))
-				binary.LittleEndian.PutUint32(m.Bytes()[4:], uint32(k))
-				msgs[g] = append(msgs[g], m)
+			c, msg := waitInPlace(t, b.proc, cs[:], buf)
+			inPlace := n <= InlineMax
+			if c.Status != StatusSuccess || c.Bytes != n || c.Imm != uint32(i) || c.Src != a.proc.Rank() || c.InPlace != inPlace {
+				t.Fatalf("receive %d (%d bytes): %+v", i, n, c)
 			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		errs := make(chan error, senders)
-		for g := 0; g < senders; g++ {
-			go func() {
-				for k, m := range msgs[g] {
-					select {
-					case <-credits:
-					case <-ctx.Done():
-						errs <- ctx.Err()
-						return
-					}
-					if err := tx.Send(m, uint32(m.Len())); err != nil {
-						errs <- fmt.Errorf("sender %d, message %d: %w", g, k, err)
-						return
-					}
+			if !inPlace {
+				if c.WRID != 7 {
+					t.Fatalf("long send completed receive %d, want 7", c.WRID)
 				}
-				errs <- tx.Flush(ctx)
-			}()
-		}
-		next := make([]int, senders)
-		var cs [8]Completion
-		for got := 0; got < senders*each; {
-			n, err := b.proc.RecvCQ().Wait(ctx, cs[:])
-			if err != nil {
-				t.Fatalf("after %d messages: %v", got, err)
+				msg = b.buf.Bytes()[4096 : 4096+n]
+			} else if c.WRID != 0 {
+				t.Fatalf("in-place receive %d has wrid %d", i, c.WRID)
 			}
-			for _, c := range cs[:n] {
-				msg := b.buf.Bytes()[bufBytes*int(c.WRID):]
-				g, k := int(binary.LittleEndian.Uint32(msg)), int(binary.LittleEndian.Uint32(msg[4:]))
-				if c.Status != StatusSuccess || c.Bytes != int(c.Imm) || g >= senders || k != next[g] {
-					t.Fatalf("message %d: %+v, sender %d message %d", got, c, g, k)
-				}
-				next[g]++
-				if err := b.proc.PostRecv(b.mem(t, bufBytes*int(c.WRID), bufBytes), c.WRID); err != nil {
-					t.Fatal(err)
-				}
-				credits <- struct{}{}
-			}
-			got += n
-		}
-		for g := 0; g < senders; g++ {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
+			if !bytes.Equal(msg, m.Bytes()) {
+				t.Fatalf("receive %d (%d bytes): bytes differ", i, n)
 			}
 		}
-		if n := b.proc.RecvCQ().Poll(cs[:]); n != 0 || b.proc.strays.Load() != 0 {
-			t.Fatalf("%d more completions, %d strays", n, b.proc.strays.Load())
+		// The long send took the only receive.
+		if c := post(t, a.qp, WorkRequest{Op: OpSend, Local: a.mem(t, 0, 8)}); c.Status != StatusReceiverNotReady {
+			t.Fatalf("send with no receive posted: %+v", c)
 		}
 	})
+	t.Run("SendHammer", func(t *testing.T) { sendHammer(t, mk, false) })
+	t.Run("SendHammerInPlace", func(t *testing.T) { sendHammer(t, mk, true) })
 	t.Run("RemoteAccessChecks", func(t *testing.T) {
 		a, b := connectPair(t, mk, nil)
 		snapshot := append([]byte(nil), b.buf.Bytes()...)
@@ -600,4 +561,138 @@ func newWritePair(t testing.TB, mk func(testing.TB, *Process, *Process) (Provide
 	w.src, _ = ra.Memory(0, size)
 	w.dst, _ = rb.Locator(0, size)
 	return w
+}
+
+// sendHammer: goroutines send inline and longer messages through one
+// Transmitter while the target reposts its few receives (each sender holds
+// a credit per message in flight, as dsfabric does: a refused send fails a
+// tcp queue pair): each message arrives once and each goroutine's in order.
+// inPlace: the target polls with PollRecvInPlace and reposts only the
+// receives that long sends filled.
+func sendHammer(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, Provider), inPlace bool) {
+	a, b := connectPair(t, mk, nil)
+	const senders, each, posted, bufBytes = 4, 400, 16, 512
+	tx, err := NewTransmitter(a.qp, a.proc.Config().MaxUnsignaled, TransmitterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	credits := make(chan struct{}, posted)
+	for i := 0; i < posted; i++ {
+		if err := b.proc.PostRecv(b.mem(t, bufBytes*i, bufBytes), uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		credits <- struct{}{}
+	}
+	msgs := make([][]alloc.Memory, senders)
+	for g := range msgs {
+		for k := 0; k < each; k++ {
+			n := 8 + (k%3)*200 // 8, 208, 408 (over the inline limit)
+			m := a.mem(t, bufBytes*(g*each+k), n)
+			binary.LittleEndian.PutUint32(m.Bytes(), uint32(g))
+			binary.LittleEndian.PutUint32(m.Bytes()[4:], uint32(k))
+			msgs[g] = append(msgs[g], m)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, senders)
+	for g := 0; g < senders; g++ {
+		go func() {
+			for k, m := range msgs[g] {
+				select {
+				case <-credits:
+				case <-ctx.Done():
+					errs <- ctx.Err()
+					return
+				}
+				if err := tx.Send(m, uint32(m.Len())); err != nil {
+					errs <- fmt.Errorf("sender %d, message %d: %w", g, k, err)
+					return
+				}
+			}
+			errs <- tx.Flush(ctx)
+		}()
+	}
+	next := make([]int, senders)
+	var cs [8]Completion
+	inl := make([]byte, len(cs)*InlineMax)
+	kept := 0
+	for got := 0; got < senders*each; {
+		var n int
+		var err error
+		if inPlace {
+			n, err = pollInPlace(ctx, b.proc, cs[:], inl)
+		} else {
+			n, err = b.proc.RecvCQ().Wait(ctx, cs[:])
+		}
+		if err != nil {
+			t.Fatalf("after %d messages: %v", got, err)
+		}
+		for i, c := range cs[:n] {
+			msg := b.buf.Bytes()[bufBytes*int(c.WRID):]
+			if c.InPlace {
+				msg = inl[i*InlineMax:][:c.Bytes]
+				kept++
+			}
+			g, k := int(binary.LittleEndian.Uint32(msg)), int(binary.LittleEndian.Uint32(msg[4:]))
+			if c.Status != StatusSuccess || c.Bytes != int(c.Imm) || c.InPlace != (inPlace && c.Bytes <= InlineMax) || g >= senders || k != next[g] {
+				t.Fatalf("message %d: %+v, sender %d message %d", got, c, g, k)
+			}
+			next[g]++
+			if !c.InPlace {
+				if err := b.proc.PostRecv(b.mem(t, bufBytes*int(c.WRID), bufBytes), c.WRID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			credits <- struct{}{}
+		}
+		got += n
+	}
+	if want := senders * (each - each/3); inPlace && kept != want {
+		t.Fatalf("%d messages delivered in place, want the %d inline ones (k %% 3 < 2)", kept, want)
+	}
+	for g := 0; g < senders; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.proc.RecvCQ().Poll(cs[:]); n != 0 || b.proc.strays.Load() != 0 {
+		t.Fatalf("%d more completions, %d strays", n, b.proc.strays.Load())
+	}
+	// Every receive is posted again and unclaimed: none lost, none
+	// counted twice.
+	if r, c := b.proc.cnt.ready.Load(), b.proc.cnt.claimed.Load(); r-c != posted {
+		t.Fatalf("ready %d − claimed %d = %d, want the %d receives posted", r, c, r-c, posted)
+	}
+}
+
+// pollInPlace waits for receive completions through PollRecvInPlace,
+// driving the progress engines (tcp) while there are none.
+func pollInPlace(ctx context.Context, p *Process, cs []Completion, buf []byte) (int, error) {
+	var b Backoff
+	for {
+		if n := p.PollRecvInPlace(cs, buf); n > 0 {
+			return n, nil
+		}
+		if p.Progress() > 0 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		b.Wait()
+	}
+}
+
+// waitInPlace returns the next receive completion through
+// PollRecvInPlace, and its message when it came in place.
+func waitInPlace(t testing.TB, p *Process, cs []Completion, buf []byte) (Completion, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := pollInPlace(ctx, p, cs[:1], buf)
+	if err != nil || n != 1 {
+		t.Fatalf("no receive: %v", err)
+	}
+	return cs[0], buf[:cs[0].Bytes]
 }

@@ -122,6 +122,11 @@ type Completion struct {
 	Imm uint32
 	// Src is the sending process's rank (receives only).
 	Src uint32
+	// InPlace marks a receive that Process.PollRecvInPlace delivered into
+	// its own buffer (a send of up to InlineMax bytes that travelled inside
+	// its completion): WRID is then zero, and the posted receive it would
+	// have filled stays posted.
+	InPlace bool
 
 	retire uint64 // unsignaled-count snapshot of a signaled op (see sqAccount)
 	hasRet bool
