@@ -111,7 +111,9 @@
 // message, a quarter of the credits at a time) how many it consumed.
 //
 // Arrivals are routed — copied into the inbox of the thread they are for,
-// the buffer reposted at once — by whichever thread gets there first: a
+// the buffer reposted at once; a call of up to dtutils.InlineMax bytes is
+// copied from its completion and takes no buffer at all
+// (dtutils.Process.PollRecvInPlace) — by whichever thread gets there first: a
 // worker when it polls (Worker.Poll routes, then runs its own inbox), a
 // worker sleeping in Serve or a caller awaiting a reply (both sleep on the
 // receive queue's doorbell, so that an arrival wakes them directly), or,
