@@ -170,7 +170,7 @@ var mutations = []mutation{
 		Old: "		if p.sent-c < limit {", New: "		if p.sent-c <= limit {"},
 	{Name: "send-credit-count", Focus: "TestSection3_2_SendCredits", Rule: "a receive buffer is credited to the rank that used it",
 		File: "dsfabric/recv.go", Pkg: "./dsfabric",
-		Old: "				f.peers[src].consumed++", New: "				f.peers[(src+1)%len(f.peers)].consumed++"},
+		Old: "				p := f.peers[src]\n", New: "				p := f.peers[(src+1)%len(f.peers)]\n"},
 	{Name: "service-routes-for-stuck-workers", Focus: "TestSection3_2_CallsInHandlers", Rule: "the service thread routes while no worker polls",
 		File: "dsfabric/recv.go", Pkg: "./dsfabric",
 		Old: "		n := f.routeLocked()", New: "		n := 0"},
