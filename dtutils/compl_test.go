@@ -37,15 +37,7 @@ func FuzzRecvCompl(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		var cells [][recvComplSize]byte
-		for len(entries) > 0 && len(cells) < 8 {
-			var cell [recvComplSize]byte
-			entries = entries[copy(cell[:], entries):]
-			if !p.rcq.enqueue(cell[:]) {
-				t.Fatalf("the ring refused entry %d", len(cells))
-			}
-			cells = append(cells, cell)
-		}
+		cells := enqueueCells(t, p, entries)
 		var cs [16]Completion
 		got := p.RecvCQ().Poll(cs[:])
 		left, strays, k := n, 0, 0
@@ -78,6 +70,21 @@ func FuzzRecvCompl(f *testing.F) {
 	})
 }
 
+// enqueueCells writes entries into p's completion ring as a peer could,
+// one cell per recvComplSize bytes (at most 8), and returns the cells.
+func enqueueCells(t *testing.T, p *Process, entries []byte) [][recvComplSize]byte {
+	var cells [][recvComplSize]byte
+	for len(entries) > 0 && len(cells) < 8 {
+		var cell [recvComplSize]byte
+		entries = entries[copy(cell[:], entries):]
+		if !p.rcq.enqueue(cell[:]) {
+			t.Fatalf("the ring refused entry %d", len(cells))
+		}
+		cells = append(cells, cell)
+	}
+	return cells
+}
+
 // FuzzRecvComplInPlace polls entries as a peer could write them through
 // PollRecvInPlace: an inline one comes back in place with its message (or
 // StatusLength for a corrupt length) and counts its receive posted again,
@@ -94,15 +101,7 @@ func FuzzRecvComplInPlace(f *testing.F) {
 	f.Add(e[:])
 	f.Fuzz(func(t *testing.T, entries []byte) {
 		p := newProcess(t, 0, func(c *ProcessConfig) { c.ReceiveSlots = 8 })
-		var cells [][recvComplSize]byte
-		for len(entries) > 0 && len(cells) < 8 {
-			var cell [recvComplSize]byte
-			entries = entries[copy(cell[:], entries):]
-			if !p.rcq.enqueue(cell[:]) {
-				t.Fatalf("the ring refused entry %d", len(cells))
-			}
-			cells = append(cells, cell)
-		}
+		cells := enqueueCells(t, p, entries)
 		ready := p.cnt.ready.Load()
 		var cs [16]Completion
 		buf := make([]byte, len(cs)*InlineMax)
