@@ -391,30 +391,30 @@ func (q *ringCQ) Poll(dst []Completion) int {
 	return n
 }
 
-func (q *ringCQ) poll(dst []Completion) int {
+func (q *ringCQ) poll(dst []Completion) int { return q.pollInto(dst, nil) }
+
+func (q *ringCQ) pollInPlace(dst []Completion, buf []byte) int {
+	return q.pollInto(dst, buf[:len(dst)*recvInlineMax])
+}
+
+// pollInto takes completions; an inline message goes into the posted
+// receive it claimed when buf is nil, else in place into buf (the i-th
+// completion's at i*recvInlineMax, len(buf) ≥ len(dst)*recvInlineMax).
+func (q *ringCQ) pollInto(dst []Completion, buf []byte) int {
 	var e [recvComplSize]byte
-	n := 0
+	n, kept := 0, uint64(0)
 	// An inline message is copied out of its cell first and delivered
 	// after: delivering from the cell itself would hold the cell, and stall
 	// the producer a lap later, while a descriptor is taken and resolved.
 	for n < len(dst) && q.r.dequeueCompl(e[:]) {
 		c, inline := getRecvCompl(e[:])
-		if inline && !q.proc.deliverInline(&c, e[recvComplHdr:]) {
-			continue
-		}
-		dst[n] = c
-		n++
-	}
-	q.polled.Add(uint64(n))
-	return n
-}
-
-func (q *ringCQ) pollInPlace(dst []Completion, buf []byte) int {
-	var e [recvComplSize]byte
-	n, kept := 0, uint64(0)
-	for n < len(dst) && q.r.dequeueCompl(e[:]) {
-		c, inline := getRecvCompl(e[:])
-		if inline {
+		switch {
+		case !inline:
+		case buf == nil:
+			if !q.proc.deliverInline(&c, e[recvComplHdr:]) {
+				continue
+			}
+		default:
 			c.InPlace = true
 			kept++
 			if c.Bytes > recvInlineMax {
