@@ -232,7 +232,10 @@ const InlineMax = recvInlineMax
 // completion costs two rings' worth of atomics per message (measured: a
 // fifth of dsfabric's receiving thread at 8-byte calls).
 func (p *Process) PollRecvInPlace(dst []Completion, buf []byte) int {
-	return p.recvCQ.pollInPlace(dst[:min(len(dst), len(buf)/InlineMax)], buf)
+	if len(buf) < InlineMax {
+		return 0 // room for none (and buf may be nil, which pollInto reads as "not in place")
+	}
+	return p.recvCQ.pollInto(dst[:min(len(dst), len(buf)/InlineMax)], buf)
 }
 
 // AwaitRecv returns once the receive completion queue holds a completion,
@@ -392,10 +395,6 @@ func (q *ringCQ) Poll(dst []Completion) int {
 }
 
 func (q *ringCQ) poll(dst []Completion) int { return q.pollInto(dst, nil) }
-
-func (q *ringCQ) pollInPlace(dst []Completion, buf []byte) int {
-	return q.pollInto(dst, buf[:len(dst)*recvInlineMax])
-}
 
 // pollInto takes completions; an inline message goes into the posted
 // receive it claimed when buf is nil, else in place into buf (the i-th
