@@ -55,7 +55,10 @@
 //     (fi_send into buffers posted with fi_recv), put back in sequence order
 //     at the target, whose progress engine applies every operation after
 //     the registry's key and bounds checks. Without the tag NewOFI returns
-//     ErrOFIUnavailable and the build needs no C compiler.
+//     ErrOFIUnavailable and the build needs no C compiler. Debian's
+//     libfabric loads the PSM libraries, whose signal handlers replace
+//     Go's report of a fault in C code unless IPATH_NO_BACKTRACE=1 and
+//     HFI_NO_BACKTRACE=1 are in the environment when the process starts.
 //
 // All of them give operations the same meaning (one function, apply,
 // defines it) and pass one conformance suite.
