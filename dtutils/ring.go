@@ -118,6 +118,17 @@ func (r *ring) enqueue2(e, tail []byte) bool {
 				// for the cell's lines, which the consumer last held, and
 				// the wait showed as the sender's hottest line.
 				storeRelease(unsafe.Pointer(r.seq(pos)), pos+1)
+				// Ask now for the lines the next entry of this size will
+				// take: the consumer freed that cell a lap ago (it wrote
+				// the sequence and read the rest), and the next enqueue's
+				// stores, then the caller's next locked instruction, would
+				// wait for them (the sender's hottest line at 64-byte sends;
+				// docs/benchmarks.md, "The next cell asked for ahead").
+				next, n := r.cellAt(pos+1), 8+len(e)+len(tail)
+				for l := 0; l < n; l += 64 {
+					prefetchw(unsafe.Pointer(&r.mem[next+l]))
+				}
+				prefetchw(unsafe.Pointer(&r.mem[next+n-1])) // a cell need not start a line
 				r.wake()
 				return true
 			}
