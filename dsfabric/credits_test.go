@@ -268,3 +268,69 @@ func TestCloseFencesSenders(t *testing.T) {
 		}
 	})
 }
+
+// TestSection3_2_RoutingRoundBounded: credits go back while a round of
+// routing runs, so a sender that refills its window as fast as the router
+// routes must not keep one round going: the inboxes would take every call
+// (thousands, whatever the receive buffers) while the routing thread ran
+// none of its own. Here the sender refills synchronously at each credit
+// return, inside the round; the round must stop after about one receive
+// buffer per rank, and every call must still run once, in order.
+func TestSection3_2_RoutingRoundBounded(t *testing.T) {
+	const recvBuffers, total = 16, 4000
+	var ran, bad atomic.Int64
+	var hSeq HandlerID
+	reg := func(h *Handlers) {
+		hSeq, _ = h.Register("seq", func(c *Call, a []byte) ([]byte, error) {
+			if int64(binary.LittleEndian.Uint32(a)) != ran.Load() {
+				bad.Add(1)
+			}
+			ran.Add(1)
+			return nil, nil
+		})
+	}
+	jobWith(t, Config{Procs: 1, ThreadsPerProcess: 2, RecvBuffers: recvBuffers}, reg, func(t *testing.T, f *Fabric) {
+		sent := 0
+		send := func() {
+			a := binary.LittleEndian.AppendUint32(nil, uint32(sent))
+			if err := f.Call(1, 0, hSeq, a, nil); err != nil {
+				t.Errorf("call %d: %v", sent, err)
+			}
+			sent++
+		}
+		self := f.peers[f.rank]
+		room := func() bool { // the window has room for one more message
+			self.mu.Lock()
+			defer self.mu.Unlock()
+			return self.sent-self.credit() < f.credits()
+		}
+		f.rx.Lock() // no one else routes while the window fills
+		for room() {
+			send()
+		}
+		waiting := sent
+		f.afterCredit = func() {
+			// The credits just returned: use them at once, as a sender
+			// that keeps up with the router would.
+			for sent < total && room() {
+				send()
+			}
+		}
+		n := f.routeLocked()
+		f.afterCredit = nil
+		f.rx.Unlock()
+		if limit := f.recvCount() + len(f.rxCS); n > limit {
+			t.Errorf("one routing round took %d calls (%d sent); want at most %d", n, sent, limit)
+		}
+		if n < waiting {
+			t.Errorf("the round routed %d of the %d calls waiting", n, waiting)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for ran.Load() < int64(sent) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if got := ran.Load(); got != int64(sent) || bad.Load() != 0 {
+			t.Errorf("%d of %d calls ran, %d out of order", got, sent, bad.Load())
+		}
+	})
+}

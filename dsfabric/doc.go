@@ -119,7 +119,11 @@
 // receive queue's doorbell, so that an arrival wakes them directly), or,
 // while no worker polls (all stuck in handlers, or bodies that stopped
 // polling), the service thread. A worker blocked in a send for want of
-// credits therefore never stops its process from consuming. Handlers get
+// credits therefore never stops its process from consuming. One round of
+// routing takes at most about as many messages as there are receive
+// buffers (Config.RecvBuffers): credits go back during the round, and a
+// sender as fast as the router would otherwise keep it going, its calls
+// piling up in the inboxes while the routing thread runs none of its own. Handlers get
 // their arguments from the inbox (valid until they return) and the thread's
 // own *Call (valid until they return). docs/wire.md has the credit hello.
 //

@@ -74,6 +74,10 @@ type Fabric struct {
 	children []*exec.Cmd
 	childErr []error
 	childWG  sync.WaitGroup
+
+	// afterCredit (tests only) runs after each credit return, inside the
+	// routing round (rx held).
+	afterCredit func()
 }
 
 type peer struct {
