@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/seriema-go/seriema/internal/prefetch"
 )
 
 // ring is a bounded multi-producer multi-consumer queue of fixed-size entries
@@ -126,9 +128,9 @@ func (r *ring) enqueue2(e, tail []byte) bool {
 				// docs/benchmarks.md, "The next cell asked for ahead").
 				next, n := r.cellAt(pos+1), 8+len(e)+len(tail)
 				for l := 0; l < n; l += 64 {
-					prefetchw(unsafe.Pointer(&r.mem[next+l]))
+					prefetch.Write(unsafe.Pointer(&r.mem[next+l]))
 				}
-				prefetchw(unsafe.Pointer(&r.mem[next+n-1])) // a cell need not start a line
+				prefetch.Write(unsafe.Pointer(&r.mem[next+n-1])) // a cell need not start a line
 				r.wake()
 				return true
 			}
