@@ -123,9 +123,10 @@
 // routing takes at most about as many messages as there are receive
 // buffers (Config.RecvBuffers): credits go back during the round, and a
 // sender as fast as the router would otherwise keep it going, its calls
-// piling up in the inboxes while the routing thread runs none of its own. Handlers get
-// their arguments from the inbox (valid until they return) and the thread's
-// own *Call (valid until they return). docs/wire.md has the credit hello.
+// piling up in the inboxes while the routing thread runs none of its own.
+// Handlers get their arguments from the inbox (valid until they return)
+// and the thread's own *Call (valid until they return). docs/wire.md has
+// the credit hello.
 //
 // The fast path for bulk calls is one-sided (package riutils).
 //
