@@ -127,10 +127,11 @@ func (r *ring) enqueue2(e, tail []byte) bool {
 				// wait for them (the sender's hottest line at 64-byte sends;
 				// docs/benchmarks.md, "The next cell asked for ahead").
 				next, n := r.cellAt(pos+1), 8+len(e)+len(tail)
-				for l := 0; l < n; l += 64 {
-					prefetch.Write(unsafe.Pointer(&r.mem[next+l]))
+				// From the start of the line the cell begins in: a cell
+				// need not start a line (the header keeps next > 64).
+				for l := next - int(uintptr(unsafe.Pointer(&r.mem[next]))&63); l < next+n; l += 64 {
+					prefetch.Write(unsafe.Pointer(&r.mem[l]))
 				}
-				prefetch.Write(unsafe.Pointer(&r.mem[next+n-1])) // a cell need not start a line
 				r.wake()
 				return true
 			}
