@@ -460,7 +460,12 @@ func genRecords(o shuffleOpts, rank, th int, fn func(rec []byte, dest int) error
 	for i := int64(0); i < per; i++ {
 		binary.LittleEndian.PutUint64(rec, uint64(rank)<<48|uint64(th)<<40|uint64(i))
 		dest := int((uint64(i)*0x9e3779b97f4a7c15 + uint64(th*31+rank)) >> 33 % uint64(o.procs))
-		binary.LittleEndian.PutUint32(rec[8:], uint32(dest))
+		// The destination is the record's second word (bytes 12–15 stay
+		// zero): a 4-byte store here under recSum's 8-byte load of the same
+		// word cannot be forwarded, and the load then waited for every
+		// store before it to drain, the output buffer's included: half of
+		// a sending process's samples (profile of broadcast -impl rd).
+		binary.LittleEndian.PutUint64(rec[8:], uint64(dest))
 		if err := fn(rec, dest); err != nil {
 			return err
 		}
