@@ -80,6 +80,13 @@ type Config struct {
 	// either way. The ring memory is registered for Depth regardless:
 	// the window bounds what is in flight, not what is registered.
 	Adaptive bool
+	// NoMap makes an RD receiver copy each buffer with a one-sided read
+	// even where the sender's memory is mapped into its process (shm, and
+	// loop within one process). By default it reads the buffer in place
+	// there (dtutils.MapRemote): no copy, the read's completion not waited
+	// for; the sender keeps the buffer until the receiver releases it, as
+	// with a read. Over tcp and ofi the read is always a copy.
+	NoMap bool
 }
 
 // initialWindow is where an adaptive window starts.

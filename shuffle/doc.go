@@ -30,7 +30,12 @@
 //     polls the headers (sealed-buffer polling).
 //   - RD: the sender writes only a descriptor (the buffer's locator and
 //     the header) into the slot; the receiver pulls the data with a
-//     one-sided read.
+//     one-sided read. Where the sender's memory is mapped into the
+//     receiver's process (shm, loop) the read is no copy: In.Data is the
+//     sender's buffer itself (dtutils.MapRemote, after the same checks a
+//     read makes), which the sender keeps until the receiver releases it,
+//     as it does for a read; a broadcast buffer is then written once and
+//     copied nowhere. Config.NoMap keeps the copy.
 //   - SR: two-sided. The receiver's buffers are posted receives (Depth
 //     per source) of its process's shared receive queue; the sender sends
 //     each buffer with one Send whose immediate carries its source index

@@ -88,6 +88,13 @@ func (l *link) drain() {
 		n := c.qp.CQ().Poll(c.cq[:])
 		for _, x := range c.cq[:n] {
 			if x.Status != dtutils.StatusSuccess {
+				if x.Status == dtutils.StatusRemoteAccess && x.WRID&0xff == wridRead {
+					// The sender's descriptor named memory it does not offer:
+					// its fault, not the transport's, though the queue pair
+					// is done for (verbs semantics).
+					c.fail(fmt.Errorf("%w: process %d sent a descriptor its memory refused: %w (%w)", ErrBadBuffer, l.peer, x.Err(), ErrPeerLost))
+					continue
+				}
 				c.fail(fmt.Errorf("%w: process %d: %v %w", ErrPeerLost, l.peer, x.Op, x.Err()))
 				continue
 			}
@@ -618,7 +625,8 @@ func (s *Sender) depleteLocked(ctx context.Context) error {
 }
 
 // In is a received buffer (GetData): its data, the source connection, and
-// whether it is that source's last. Release it when done.
+// whether it is that source's last. Release it when done: Data is valid
+// until then (with RD over shared memory it is the sender's own buffer).
 type In struct {
 	Data     []byte
 	Src      int
@@ -659,6 +667,7 @@ type recvSrc struct {
 	consumed uint64
 	released []bool
 	reads    alloc.Memory // RD: Depth buffers to read into
+	mapped   bool         // RD over shared memory: the buffer is read in place
 	posted   uint64       // credit writes posted
 	ended    bool
 	window   int // buffers the sender may have in flight beyond consumed
@@ -748,6 +757,7 @@ func (r *Receiver) Attach(i int, qp dtutils.QueuePair, offer []byte) error {
 	s := r.srcs[i]
 	s.attach(qp)
 	s.credit, s.index = o.loc, o.index
+	s.mapped = r.cfg.Design == RD && !r.cfg.NoMap && dtutils.CanMapRemote(s.c.qp)
 	return nil
 }
 
@@ -928,13 +938,25 @@ func (r *Receiver) Stats() ReceiverStats {
 	return st
 }
 
-// read pulls an RD buffer from the sender into the slot's read buffer.
+// read pulls an RD buffer from the sender into the slot's read buffer, or
+// where the sender's memory is mapped here returns it in place.
 func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]byte, error) {
 	var loc alloc.Locator
 	if err := loc.UnmarshalBinary(s.ring[at : at+alloc.LocatorSize]); err != nil || loc.Process != s.peer || loc.Length < uint64(size) {
 		return nil, fmt.Errorf("%w: descriptor %v for %d bytes", ErrBadBuffer, loc, size)
 	}
 	src, _ := loc.Sub(0, uint64(size))
+	if s.mapped {
+		m, err := dtutils.MapRemote(s.c.qp, src)
+		if err != nil {
+			if errors.Is(err, dtutils.ErrRemoteAccess) {
+				return nil, fmt.Errorf("%w: descriptor %v for %d bytes: %w", ErrBadBuffer, loc, size, err)
+			}
+			s.c.fail(fmt.Errorf("%w: process %d: %w", ErrPeerLost, s.peer, err))
+			return nil, s.failed()
+		}
+		return m.Bytes(), nil
+	}
 	dst, _ := s.reads.Slice(slot*r.cfg.BufferBytes, size)
 	want := s.link.reads.Load() + 1
 	if err := s.post(dtutils.WorkRequest{Op: dtutils.OpRead, WRID: wridRead, Signaled: true, Local: dst, Remote: src}); err != nil {

@@ -16,7 +16,8 @@ var (
 	ErrClosed = errors.New("shuffle: endpoint closed")
 	// ErrTooLarge: a record does not fit in one buffer.
 	ErrTooLarge = errors.New("shuffle: record larger than a buffer")
-	// ErrBadBuffer: a received buffer is malformed (its records overrun it),
-	// or a buffer was released twice or out of turn.
+	// ErrBadBuffer: a received buffer is malformed (its records overrun it,
+	// or an RD descriptor names memory its sender does not offer), or a
+	// buffer was released twice or out of turn.
 	ErrBadBuffer = errors.New("shuffle: malformed or misused buffer")
 )

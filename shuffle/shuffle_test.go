@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dtutils"
 )
 
@@ -770,5 +771,79 @@ func TestSeed000_MultiStage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSection5_RDInPlace: over shared memory an RD receiver reads the
+// sender's buffer where it lies (the one-sided read without the copy):
+// what the sender's memory holds is what GetData's In shows until the
+// buffer is released. With Config.NoMap, and over tcp, it is a copy.
+func TestSection5_RDInPlace(t *testing.T) {
+	for _, c := range []struct {
+		tr      testTransport
+		noMap   bool
+		inPlace bool
+	}{{transports[0], false, true}, {transports[1], false, true}, {transports[1], true, false}, {transports[2], false, false}} {
+		t.Run(fmt.Sprintf("%s/nomap=%v", c.tr.name, c.noMap), func(t *testing.T) {
+			j := newJob(t, c.tr.make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 2, NoMap: c.noMap})
+			ctx := testCtx(t)
+			s := j.senders[0][0]
+			b, err := s.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.AppendRecord([]byte("sent as it was"))
+			mem := s.bufs[b.idx].Bytes()
+			if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+				t.Fatal(err)
+			}
+			in, err := j.receivers[1][0].GetData(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(in.Data[recordHeader:]); got != "sent as it was" {
+				t.Fatalf("received %q", got)
+			}
+			copy(mem[recordHeader:], "SENT") // the sender holds the buffer until the release
+			want := "sent as it was"
+			if c.inPlace {
+				want = "SENT as it was"
+			}
+			if got := string(in.Data[recordHeader:]); got != want {
+				t.Errorf("after the sender's buffer changed, In shows %q, want %q", got, want)
+			}
+			if err := j.receivers[1][0].Release(in); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSection5_RDForgedDescriptor: an RD descriptor naming memory the
+// sender never offered (a wrong key, a range past its region) fails the
+// receiver with ErrBadBuffer, read in place or copied (then also
+// ErrPeerLost: the refused read ends the queue pair).
+func TestSection5_RDForgedDescriptor(t *testing.T) {
+	for _, forge := range []struct {
+		name string
+		fn   func(*alloc.Locator)
+	}{{"key", func(l *alloc.Locator) { l.Key ^= 1 }}, {"range", func(l *alloc.Locator) { l.Offset += 1 << 30 }}} {
+		for _, noMap := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/nomap=%v", forge.name, noMap), func(t *testing.T) {
+				j := newJob(t, transports[1].make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 2, NoMap: noMap})
+				r := j.receivers[1][0]
+				loc := j.senders[0][0].bufs[0].Locator()
+				forge.fn(&loc)
+				src := r.srcs[0] // process 0's sender at process 1's receiver
+				loc.AppendBinary(src.ring[:0])
+				putHeader(src.ring[rdHeaderAt:], 1, 64, 0)
+				_, err := r.GetData(testCtx(t))
+				// Copied, the refused read also ends the queue pair (verbs
+				// semantics), and the error says so too.
+				if !errors.Is(err, ErrBadBuffer) || errors.Is(err, ErrPeerLost) != noMap {
+					t.Fatalf("a forged descriptor: %v, want ErrBadBuffer", err)
+				}
+			})
+		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 // implementation, the figures of every process of the job.
 type ShuffleResult struct {
 	Pattern string `json:"pattern"` // repartition, broadcast or join
-	Impl    string `json:"impl"`    // wr, rd (package shuffle), socket (plain Go TCP) or mpi (bench/mpi)
+	Impl    string `json:"impl"`    // wr, rd, sr, rd-copy (package shuffle), socket (plain Go TCP) or mpi (bench/mpi)
 	Config  string `json:"config"`  // se or me
 	// Buffers is fixed (a window of Depth buffers per connection) or
 	// adaptive (seed 004 §6); empty for the peers.
@@ -91,7 +91,7 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.procs, "procs", 2, "processes (self-launched)")
 	fs.IntVar(&o.threads, "threads", 1, "sending and receiving threads per process")
-	impls := fs.String("impl", "wr,rd,sr,socket", "comma-separated: wr, rd, sr (package shuffle's designs), socket (plain Go TCP, seed 000's baseline), memcpy (the same records copied within each process: the ceiling)")
+	impls := fs.String("impl", "wr,rd,sr,socket", "comma-separated: wr, rd, sr (package shuffle's designs), rd-copy (rd copying each buffer where it could read it in place: Config.NoMap), socket (plain Go TCP, seed 000's baseline), memcpy (the same records copied within each process: the ceiling)")
 	fs.StringVar(&o.config, "config", "se", "se (one endpoint per process) or me (one per thread)")
 	fs.StringVar(&o.transport, "transport", "", "between processes: \"\" (automatic), shm, tcp or ofi (builds with -tags ofi; provider from FI_PROVIDER)")
 	mb := fs.Int("mb", 256, "MiB of records each process generates (repartition, broadcast)")
@@ -185,7 +185,7 @@ func runShuffle(o shuffleOpts, stderr io.Writer) ([]ShuffleResult, error) {
 	var cells []shuffleCell
 	for _, impl := range o.impls {
 		switch impl {
-		case "wr", "rd", "sr":
+		case "wr", "rd", "sr", "rd-copy":
 			for _, b := range o.buffers {
 				cells = append(cells, shuffleCell{impl: impl, buffers: b})
 			}
@@ -286,9 +286,9 @@ func (j *shuffleJob) run(ctx context.Context, c shuffleCell, label string) (Shuf
 	o.adaptive = c.buffers == "adaptive"
 	var x exchanger
 	switch c.impl {
-	case "wr", "rd", "sr":
-		d, _ := shuffle.ParseDesign(c.impl)
-		x = &oursExchanger{w: j.w, f: f, o: o, design: d}
+	case "wr", "rd", "sr", "rd-copy":
+		d, _ := shuffle.ParseDesign(strings.TrimSuffix(c.impl, "-copy"))
+		x = &oursExchanger{w: j.w, f: f, o: o, design: d, noMap: c.impl == "rd-copy"}
 	case "socket":
 		x = &socketExchanger{f: f, o: o, hAddr: j.hAddr, addrs: j.addrs}
 	}
@@ -598,6 +598,7 @@ type oursExchanger struct {
 	f      *dsfabric.Fabric
 	o      shuffleOpts
 	design shuffle.Design
+	noMap  bool // rd-copy: RD copies buffers even where it could read them in place
 	eps    []*shuffle.Endpoints
 	mesh   *shuffle.Mesh
 }
@@ -607,7 +608,7 @@ type oursExchanger struct {
 // connections and processes of their own for sr.
 func (x *oursExchanger) open(ctx context.Context, n int) error {
 	e := x.endpoints()
-	cfg := shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth, Adaptive: x.o.adaptive}
+	cfg := shuffle.Config{Design: x.design, BufferBytes: x.o.buffer, Depth: x.o.depth, Adaptive: x.o.adaptive, NoMap: x.noMap}
 	if x.design != shuffle.SR {
 		var err error
 		if x.mesh, err = x.w.Mesh(ctx, x.f); err != nil {
