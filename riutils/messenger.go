@@ -302,6 +302,9 @@ type Messengers struct {
 	closed    map[dsfabric.ThreadID]error // destinations that closed their messenger
 	keeper    *keeper                     // RetryAsync: keeps and sends the calls that do not fit
 	scratch   []byte                      // CallReturn's argument buffer, reused
+	// afterFinish, set by tests only, runs after a receiver has finished a
+	// chunk and given its feedback.
+	afterFinish func(*receiver)
 }
 
 // Stats counts a thread's messenger activity.

@@ -285,3 +285,72 @@ func TestDiscoveryWaitsForChunks(t *testing.T) {
 		t.Fatalf("an entry without chunks became a messenger (taken %v, %d receivers)", in.taken, len(m.rx.in))
 	}
 }
+
+// TestPollOneLap (§4.4.1): a poll runs at most one lap of a messenger's
+// ring. Each chunk's feedback lets the sender refill it, so a sender that
+// keeps up with the receiver would otherwise keep one Poll running for as
+// long as it sends, and the thread's other messengers and its own work
+// would wait. Deterministic: the sender fills the ring before the receiver
+// polls, and after each chunk finished the receiver waits until the
+// sender has filled the next one.
+func TestPollOneLap(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	const rule = "one Poll finishes at most one lap of a messenger's chunks"
+	var seq sequence
+	var h dsfabric.HandlerID
+	var stop atomic.Bool
+	filled, sent := make(chan struct{}), make(chan int, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			select {
+			case <-filled:
+			case <-time.After(time.Until(deadline)):
+				return errors.New("the sender never filled the ring")
+			}
+			finished, chunks := 0, 0
+			m.afterFinish = func(r *receiver) {
+				finished, chunks = finished+1, len(r.chunks)
+				for finished <= 4*chunks && word(r.chunks[r.cur], offProducer).Load()&prodRotate == 0 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Microsecond)
+				}
+			}
+			m.Poll()
+			m.afterFinish = nil
+			stop.Store(true)
+			if finished == 0 || finished > chunks {
+				return fmt.Errorf("one Poll finished %d chunks of a %d-chunk ring: %s", finished, chunks, rule)
+			}
+			for { // the sender may be waiting for room: keep polling
+				select {
+				case n := <-sent:
+					return awaitCalls(m, &seq, int64(n), deadline, rule)
+				default:
+					m.Poll()
+				}
+			}
+		},
+		func(m *Messengers) (err error) {
+			var args [8]byte
+			i := 0
+			defer func() { sent <- i }()
+			for ; ; i++ { // fill the ring; nobody polls yet
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				ok, err := m.call(0, h, args[:], nil, Fail)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+			}
+			close(filled)
+			for ; !stop.Load(); i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := callUntil(m, 0, h, args[:], deadline, rule); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+}

@@ -40,7 +40,9 @@ type rxState struct {
 }
 
 // Poll runs the calls written to this thread, in each sender's order, and
-// returns how many ran. Handlers get a *dsfabric.Call valid only until they
+// returns how many ran: at most one lap of each messenger's ring of chunks,
+// so that a sender that keeps refilling cannot keep one Poll from
+// returning. Handlers get a *dsfabric.Call valid only until they
 // return. A Poll from inside a handler (directly, or by a call that waits
 // for room) runs no calls: the records being run must stay where they are.
 // With a Poller, the Poller runs the calls and Poll only drives the
@@ -128,7 +130,7 @@ func (r *receiver) poll() int {
 	if r.err != nil {
 		return 0
 	}
-	n := 0
+	n, finished := 0, 0
 	for {
 		c := r.chunks[r.cur]
 		rec := &r.rec
@@ -165,6 +167,13 @@ func (r *receiver) poll() int {
 		}
 		if err := r.finish(pw); err != nil {
 			r.stop(err)
+			return n
+		}
+		// One lap of the ring per poll: the feedback just given lets the
+		// sender refill, and a sender as fast as this loop would otherwise
+		// keep it from returning, starving the thread's other messengers
+		// and its own work.
+		if finished++; finished >= len(r.chunks) {
 			return n
 		}
 	}
@@ -247,6 +256,9 @@ func (r *receiver) finish(pw uint64) error {
 	}
 	r.cur = (r.cur + 1) % len(r.chunks)
 	r.pos = recordsStart
+	if r.m.afterFinish != nil {
+		r.m.afterFinish(r)
+	}
 	return nil
 }
 
