@@ -31,6 +31,19 @@ func callUntil(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, args 
 	}
 }
 
+// fillRing makes calls numbered from i on with policy Fail, without
+// polling, until the messenger is full; it returns the next number.
+func fillRing(m *Messengers, h dsfabric.HandlerID, i int) (int, error) {
+	var args [8]byte
+	for ; ; i++ {
+		binary.LittleEndian.PutUint64(args[:], uint64(i))
+		ok, err := m.call(0, h, args[:], nil, Fail)
+		if err != nil || !ok {
+			return i, err
+		}
+	}
+}
+
 // awaitCalls polls until seq counts want calls, or fails at deadline.
 func awaitCalls(m *Messengers, seq *sequence, want int64, deadline time.Time, rule string) error {
 	for seq.total.Load() < want {
@@ -116,17 +129,11 @@ func stallThenFill(t *testing.T, cfg Config, phase1 int, rule string, filled fun
 			case <-time.After(time.Until(deadline)):
 				return errors.New("the receiver never stalled")
 			}
-			for ; ; i++ {
-				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				ok, err := m.call(0, h, args[:], nil, Fail)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
+			i, err := fillRing(m, h, i)
+			if err != nil {
+				return err
 			}
-			err := filled(m, i) // before the hand-off: drained may read what it saw
+			err = filled(m, i) // before the hand-off: drained may read what it saw
 			total <- i
 			return err
 		})
@@ -334,15 +341,8 @@ func TestPollOneLap(t *testing.T) {
 			var args [8]byte
 			i := 0
 			defer func() { sent <- i }()
-			for ; ; i++ { // fill the ring; nobody polls yet
-				binary.LittleEndian.PutUint64(args[:], uint64(i))
-				ok, err := m.call(0, h, args[:], nil, Fail)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
+			if i, err = fillRing(m, h, 0); err != nil { // nobody polls yet
+				return err
 			}
 			close(filled)
 			for ; !stop.Load(); i++ {
