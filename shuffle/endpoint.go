@@ -129,8 +129,15 @@ func (l *link) post(wr dtutils.WorkRequest) error {
 	err := l.c.qp.Post(wr)
 	l.c.mu.Unlock()
 	if err != nil {
-		l.c.fail(fmt.Errorf("%w: process %d: %w", ErrPeerLost, l.peer, err))
+		return l.lost(err)
 	}
+	return l.failed()
+}
+
+// lost records err, a failure of the connection itself, as the
+// connection's (ErrPeerLost) and returns the connection's failure.
+func (l *link) lost(err error) error {
+	l.c.fail(fmt.Errorf("%w: process %d: %w", ErrPeerLost, l.peer, err))
 	return l.failed()
 }
 
@@ -952,8 +959,7 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 			if errors.Is(err, dtutils.ErrRemoteAccess) {
 				return nil, fmt.Errorf("%w: descriptor %v for %d bytes: %w", ErrBadBuffer, loc, size, err)
 			}
-			s.c.fail(fmt.Errorf("%w: process %d: %w", ErrPeerLost, s.peer, err))
-			return nil, s.failed()
+			return nil, s.lost(err)
 		}
 		return m.Bytes(), nil
 	}
