@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"os/exec"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -372,5 +374,147 @@ func TestRingDequeueSoon(t *testing.T) {
 	}
 	if !r.dequeueSoon(e[:], time.Second) || e[0] != 2 {
 		t.Fatalf("then %v, want entry 2", e)
+	}
+}
+
+// TestRingClaimSomeHammer: producers fill a small ring while consumers
+// drain it, some one entry at a time (dequeue) and some in runs
+// (claimSome, as the receive completion queue polls). Every entry must be
+// taken exactly once; with one consumer taking runs, each producer's
+// entries must come out in the order they went in.
+func TestRingClaimSomeHammer(t *testing.T) {
+	const producers, perProducer = 4, 20000
+	for _, c := range []struct {
+		name         string
+		single, runs int // consumers taking one entry, taking runs
+	}{{"mixed", 1, 2}, {"one-consumer-fifo", 0, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := make([]byte, ringBytes(8, 8))
+			r, err := initRing(mem, 8, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen [producers * perProducer]atomic.Int32
+			var taken atomic.Int64
+			var outOfOrder atomic.Int64
+			// A broken claim corrupts the ring and leaves both sides
+			// waiting: the deadline turns that into a failure.
+			deadline := time.Now().Add(30 * time.Second)
+			late := func() bool { return time.Now().After(deadline) }
+			var wg sync.WaitGroup
+			for p := 0; p < producers; p++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var e [8]byte
+					for i := 0; i < perProducer; i++ {
+						binary.LittleEndian.PutUint64(e[:], uint64(p*perProducer+i))
+						for !r.enqueue(e[:]) {
+							if late() {
+								return
+							}
+							runtime.Gosched() // full
+						}
+					}
+				}()
+			}
+			take := func(v uint64, last []int64) {
+				if v >= producers*perProducer {
+					outOfOrder.Add(1 << 32) // garbage
+					return
+				}
+				seen[v].Add(1)
+				if last != nil {
+					p, i := int(v)/perProducer, int64(v)%perProducer
+					if i <= last[p] {
+						outOfOrder.Add(1)
+					}
+					last[p] = i
+				}
+				taken.Add(1)
+			}
+			var cg sync.WaitGroup
+			for k := 0; k < c.single+c.runs; k++ {
+				cg.Add(1)
+				go func() {
+					defer cg.Done()
+					var last []int64
+					if c.single == 0 {
+						last = make([]int64, producers)
+						for i := range last {
+							last[i] = -1
+						}
+					}
+					var e [8]byte
+					for taken.Load() < producers*perProducer && !late() {
+						if k < c.single {
+							if r.dequeue(e[:]) {
+								take(binary.LittleEndian.Uint64(e[:]), last)
+							} else {
+								runtime.Gosched()
+							}
+							continue
+						}
+						pos, n := r.claimSome(1 + k%5)
+						for j := range uint64(n) {
+							v := binary.LittleEndian.Uint64(r.cellData(pos + j))
+							r.releaseCell(pos + j)
+							take(v, last)
+						}
+						if n == 0 {
+							runtime.Gosched()
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			cg.Wait()
+			if late() {
+				t.Fatalf("%d of %d entries taken in 30 s", taken.Load(), producers*perProducer)
+			}
+			for v := range seen {
+				if n := seen[v].Load(); n != 1 {
+					t.Fatalf("entry %d taken %d times", v, n)
+				}
+			}
+			if n := outOfOrder.Load(); n != 0 {
+				t.Fatalf("%d entries out of their producer's order (or garbage)", n)
+			}
+		})
+	}
+}
+
+// TestRingCorruptCellNoSpin: a cell whose sequence a peer sharing the ring
+// set a lap ahead (no producer or consumer of ours did: the positions have
+// not moved) makes the ring look full and empty there, rather than
+// keeping enqueue, dequeue and claimSome looking again for ever.
+func TestRingCorruptCellNoSpin(t *testing.T) {
+	mem := make([]byte, ringBytes(4, 8))
+	r, err := initRing(mem, 4, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.seq(0).Store(2 * r.capacity) // neither "free" (0) nor "full" (1)
+	done := make(chan string, 1)
+	go func() {
+		var e [8]byte
+		switch {
+		case r.dequeue(e[:]):
+			done <- "dequeue took an entry"
+		case func() bool { _, n := r.claimSome(4); return n != 0 }():
+			done <- "claimSome took an entry"
+		case r.enqueue(e[:]):
+			done <- "enqueue took an entry"
+		default:
+			done <- ""
+		}
+	}()
+	select {
+	case msg := <-done:
+		if msg != "" {
+			t.Fatal(msg)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ring spun on a corrupt cell")
 	}
 }

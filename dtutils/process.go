@@ -402,28 +402,45 @@ func (q *ringCQ) poll(dst []Completion) int { return q.pollInto(dst, nil) }
 func (q *ringCQ) pollInto(dst []Completion, buf []byte) int {
 	var e [recvComplSize]byte
 	n, kept := 0, uint64(0)
-	// An inline message is copied out of its cell first and delivered
+	// The completions there are, claimed with one compare-and-swap; each
+	// cell goes back as soon as it is read. An inline message to deliver
+	// into a posted buffer is copied out of its cell first and delivered
 	// after: delivering from the cell itself would hold the cell, and stall
 	// the producer a lap later, while a descriptor is taken and resolved.
-	for n < len(dst) && q.r.dequeueCompl(e[:]) {
-		c, inline := getRecvCompl(e[:])
-		switch {
-		case !inline:
-		case buf == nil:
-			if !q.proc.deliverInline(&c, e[recvComplHdr:]) {
-				continue
-			}
-		default:
-			c.InPlace = true
-			kept++
-			if c.Bytes > recvInlineMax {
-				c.Status, c.Bytes = StatusLength, 0 // a corrupt entry
-			} else {
-				copy(buf[n*recvInlineMax:], e[recvComplHdr:recvComplHdr+c.Bytes])
-			}
+	for n < len(dst) {
+		pos, k := q.r.claimSome(len(dst) - n)
+		if k == 0 {
+			break
 		}
-		dst[n] = c
-		n++
+		for j := range uint64(k) {
+			cell := q.r.cellData(pos + j)
+			c, inline := getRecvCompl(cell)
+			switch {
+			case !inline:
+				q.r.releaseCell(pos + j)
+			case buf == nil:
+				m := min(recvComplHdr+complTail(cell), len(cell))
+				copy(e[:], cell[:m])
+				q.r.releaseCell(pos + j)
+				c, _ = getRecvCompl(e[:]) // the copy is what is delivered
+				if !q.proc.deliverInline(&c, e[recvComplHdr:m]) {
+					continue
+				}
+			default:
+				// In place: from the cell straight into buf. c.Bytes was
+				// read once (the peer may write the cell at will).
+				c.InPlace = true
+				kept++
+				if c.Bytes > recvInlineMax || recvComplHdr+c.Bytes > len(cell) {
+					c.Status, c.Bytes = StatusLength, 0 // a corrupt entry
+				} else {
+					copy(buf[n*recvInlineMax:], cell[recvComplHdr:recvComplHdr+c.Bytes])
+				}
+				q.r.releaseCell(pos + j)
+			}
+			dst[n] = c
+			n++
+		}
 	}
 	q.polled.Add(uint64(n))
 	if kept > 0 {
