@@ -334,3 +334,64 @@ func TestSection3_2_RoutingRoundBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestPollInHandler: a handler that polls its own worker (waiting for
+// something, say) routes what arrives but runs none of it, and the calls
+// queued behind it run after it returns, in order. Running them inside
+// would reorder them, and reuse the queue the outer Poll is running.
+func TestPollInHandler(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			const n = 200
+			var next, bad, nestedRan atomic.Int64
+			var routed atomic.Bool
+			var hSeq HandlerID
+			reg := func(h *Handlers) {
+				hSeq, _ = h.Register("seq", func(c *Call, a []byte) ([]byte, error) {
+					i := int64(binary.LittleEndian.Uint32(a))
+					if next.Load() != i {
+						bad.Add(1)
+					}
+					next.Store(i + 1)
+					if i == 0 {
+						w := c.Fabric.Worker(c.Fabric.Names().ThreadRank(c.Dst))
+						for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && !w.in.pending(); {
+							nestedRan.Add(int64(w.Poll()))
+							time.Sleep(100 * time.Microsecond)
+						}
+						routed.Store(w.in.pending())
+					}
+					return nil, nil
+				})
+			}
+			job(t, 2, 1, tr, reg, func(t *testing.T, f *Fabric) {
+				if f.Rank() == 1 {
+					me, _ := f.Names().Thread(1, 0)
+					dst, _ := f.Names().Thread(0, 0)
+					a := make([]byte, 4)
+					for i := 0; i < n; i++ {
+						binary.LittleEndian.PutUint32(a, uint32(i))
+						if err := f.Call(me, dst, hSeq, a, nil); err != nil {
+							t.Fatal(err)
+						}
+					}
+				} else {
+					for end := time.Now().Add(30 * time.Second); next.Load() != n && time.Now().Before(end); {
+						time.Sleep(time.Millisecond)
+					}
+					if got, b, r := next.Load(), bad.Load(), nestedRan.Load(); got != n || b != 0 || r != 0 {
+						t.Errorf("%d of %d calls ran, %d out of order, %d ran inside the handler's Poll; want all, in order, none inside", got, n, b, r)
+					}
+					if !routed.Load() {
+						t.Error("the handler's Poll routed none of the calls sent behind it")
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := f.Barrier(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}

@@ -124,6 +124,9 @@
 // buffers (Config.RecvBuffers): credits go back during the round, and a
 // sender as fast as the router would otherwise keep it going, its calls
 // piling up in the inboxes while the routing thread runs none of its own.
+// A worker that routes queues its own calls without the inbox's lock. A
+// handler that polls its own worker routes but runs nothing: the calls
+// behind it run after it returns, in order.
 // Handlers get their arguments from the inbox (valid until they return)
 // and the thread's own *Call (valid until they return). docs/wire.md has
 // the credit hello.

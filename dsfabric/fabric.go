@@ -49,6 +49,7 @@ type Fabric struct {
 
 	workers  []*Worker
 	rx       sync.Mutex   // held by the thread routing arrivals (recv.go)
+	self     *Worker      // the worker routing for itself (routeFor), under rx
 	life     sync.RWMutex // read-held by callers awaiting replies while they use proc; Close takes it
 	procGone bool         // proc is closed (under life)
 	rxCS     [16]dtutils.Completion

@@ -20,7 +20,10 @@ import (
 //   - Routing is done by workers when they poll (Worker.Poll tries it
 //     first), so that a busy job needs no service thread and no wake-up per
 //     message; the service thread routes only while no worker polls, and
-//     otherwise just runs service calls.
+//     otherwise just runs service calls. A worker routing takes its own
+//     inbox first and queues the calls addressed to itself without the
+//     inbox's lock (routeFor): the common case of one worker polling pays
+//     no lock per message.
 //   - Receive credits replace per-message acknowledgement: every sender may
 //     have credits() messages unconsumed here; routing writes the count it
 //     consumed from a sender into that sender's credit word (a one-sided
@@ -51,6 +54,12 @@ type queued struct {
 // put appends a copy of a message.
 func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) {
 	in.mu.Lock()
+	in.add(h, args, tail, src, forward)
+	in.mu.Unlock()
+}
+
+// add is put without the lock, for a queue only its caller can reach.
+func (in *inbox) add(h callHdr, args, tail []byte, src int, forward bool) {
 	a := len(in.arena)
 	in.arena = append(in.arena, args...)
 	in.arena = append(in.arena, tail...)
@@ -62,7 +71,6 @@ func (in *inbox) put(h callHdr, args, tail []byte, src int, forward bool) {
 		q.tail = in.arena[a+len(args) : len(in.arena) : len(in.arena)]
 	}
 	in.q = append(in.q, q)
-	in.mu.Unlock()
 }
 
 // pending reports whether calls are queued.
@@ -80,13 +88,26 @@ type spare struct {
 	a []byte
 }
 
-// runAll runs every queued call on the current thread (self, with c as its
-// Call) and returns how many ran. One goroutine consumes an inbox.
-func (in *inbox) runAll(f *Fabric, self ThreadID, c *Call, sp *spare) int {
+// take swaps the queued calls out for sp's empty slices and returns them.
+func (in *inbox) take(sp *spare) ([]queued, []byte) {
 	in.mu.Lock()
 	q, a := in.q, in.arena
 	in.q, in.arena = sp.q[:0], sp.a[:0]
 	in.mu.Unlock()
+	sp.q, sp.a = nil, nil // in's now: never handed out twice
+	return q, a
+}
+
+// runAll runs every queued call on the current thread (self, with c as its
+// Call) and returns how many ran. One goroutine consumes an inbox.
+func (in *inbox) runAll(f *Fabric, self ThreadID, c *Call, sp *spare) int {
+	q, a := in.take(sp)
+	return runQueued(f, q, a, self, c, sp)
+}
+
+// runQueued runs calls taken from an inbox and keeps their slices in sp
+// for the next swap.
+func runQueued(f *Fabric, q []queued, a []byte, self ThreadID, c *Call, sp *spare) int {
 	for i := range q {
 		f.exec(q[i], self, c)
 		q[i] = queued{} // the arena is reused: drop the slices
@@ -117,6 +138,27 @@ func (f *Fabric) tryRoute() int {
 	n := f.routeLocked()
 	f.rx.Unlock()
 	return n
+}
+
+// routeFor is tryRoute by worker w, which then runs its calls: w takes its
+// inbox first, and what it routes to itself joins that queue without the
+// inbox's lock (no other thread can reach it: others route only after rx
+// is released, into the inbox). Calls stay in arrival order: those routed
+// before are ahead in the queue taken, those routed after are in the
+// inbox for the next Poll. It reports false, having done nothing, when
+// another thread routes.
+func (f *Fabric) routeFor(w *Worker) ([]queued, []byte, bool) {
+	if !f.rx.TryLock() {
+		return nil, nil, false
+	}
+	w.own.q, w.own.arena = w.in.take(&w.spare)
+	f.self = w
+	f.routeLocked()
+	f.self = nil
+	q, a := w.own.q, w.own.arena
+	w.own.q, w.own.arena = nil, nil
+	f.rx.Unlock()
+	return q, a, true
 }
 
 // routeLocked takes the receive completions there are (f.rx held), at

@@ -15,6 +15,8 @@ type Worker struct {
 	id     ThreadID
 	in     inbox
 	spare  spare    // the inbox's other half, swapped in by Poll
+	own    inbox    // while this worker routes (f.rx held): its calls, lock-free
+	inPoll bool     // Poll runs: a handler's Poll only routes
 	call   Call     // handed to each handler this worker runs
 	asleep pollMark // 1 while Serve sleeps on the receive queue's doorbell
 	polled pollMark // set by Poll, cleared by the service thread
@@ -29,6 +31,10 @@ func (w *Worker) Fabric() *Fabric { return w.f }
 // deliver queues a copy of a routed message, waking the worker if Serve
 // sleeps.
 func (w *Worker) deliver(h callHdr, args, tail []byte, src int) {
+	if w.f.self == w {
+		w.own.add(h, args, tail, src, false)
+		return
+	}
 	w.in.put(h, args, tail, src, false)
 	if w.asleep.Load() != 0 {
 		w.f.proc.WakeRecv()
@@ -38,12 +44,24 @@ func (w *Worker) deliver(h callHdr, args, tail []byte, src int) {
 // Poll routes the messages that have arrived for this process (unless
 // another thread is routing them), then runs every call queued for this
 // worker and returns how many ran.
+//
+// A handler that calls Poll (of its own worker) only routes: the calls
+// queued behind it run once it returns, in order.
 func (w *Worker) Poll() int {
 	if w.polled.Load() == 0 {
 		w.polled.Store(1)
 	}
-	w.f.tryRoute()
-	return w.run()
+	if w.inPoll {
+		w.f.tryRoute()
+		return 0
+	}
+	w.inPoll = true
+	defer func() { w.inPoll = false }()
+	n := 0
+	if q, a, ok := w.f.routeFor(w); ok {
+		n = runQueued(w.f, q, a, w.id, &w.call, &w.spare)
+	}
+	return n + w.run()
 }
 
 // run runs every call queued for this worker.
