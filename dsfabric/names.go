@@ -27,10 +27,16 @@ func (n Names) Thread(rank, t int) (ThreadID, error) {
 }
 
 // Rank returns the process rank of thread id.
-func (n Names) Rank(id ThreadID) int { return int(id) / n.ThreadsPerProcess }
+func (n Names) Rank(id ThreadID) int { return int(uint32(id) / n.tpp()) }
 
 // ThreadRank returns the rank of thread id within its process.
-func (n Names) ThreadRank(id ThreadID) int { return int(id) % n.ThreadsPerProcess }
+func (n Names) ThreadRank(id ThreadID) int { return int(uint32(id) % n.tpp()) }
+
+// tpp is ThreadsPerProcess for Rank and ThreadRank, which divide by it
+// on every call: a 32-bit division takes a fraction of a 64-bit one's
+// cycles on x86. Thread IDs are 32-bit, so ThreadsPerProcess beyond that
+// range names no thread either way.
+func (n Names) tpp() uint32 { return uint32(min(n.ThreadsPerProcess, 1<<32-1)) }
 
 // Threads returns the number of worker threads in the job.
 func (n Names) Threads() int { return n.Size * n.ThreadsPerProcess }

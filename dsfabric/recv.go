@@ -268,12 +268,21 @@ func (f *Fabric) route(msg []byte, src int) {
 			f.toService(h, args, tail, src, false)
 			return
 		}
-		if !f.names.Valid(ThreadID(h.dst)) || f.names.Rank(ThreadID(h.dst)) != f.rank {
+		t, ok := f.localThread(ThreadID(h.dst))
+		if !ok {
 			f.toService(h, args, tail, src, false) // refused there: a refusal sends
 			return
 		}
-		f.workers[f.names.ThreadRank(ThreadID(h.dst))].deliver(h, args, tail, src)
+		f.workers[t].deliver(h, args, tail, src)
 	}
+}
+
+// localThread returns which of this process's workers dst is, if it is
+// one: with a multiplication, not the two divisions of Names.Rank and
+// ThreadRank, since routing asks it for every message.
+func (f *Fabric) localThread(dst ThreadID) (int, bool) {
+	t := int(dst) - f.rank*f.names.ThreadsPerProcess
+	return t, t >= 0 && t < f.names.ThreadsPerProcess
 }
 
 // setCreditAt records where rank src wants its credits written; f.rx held.
@@ -339,7 +348,7 @@ func (f *Fabric) exec(m queued, self ThreadID, c *Call) {
 		return
 	}
 	if h.flags&flagService == 0 {
-		if !f.names.Valid(ThreadID(h.dst)) || f.names.Rank(ThreadID(h.dst)) != f.rank {
+		if _, ok := f.localThread(ThreadID(h.dst)); !ok {
 			f.refuse(h, src, fmt.Sprintf("thread %d is not in rank %d", h.dst, f.rank))
 			return
 		}
