@@ -140,25 +140,25 @@ func (f *Fabric) tryRoute() int {
 	return n
 }
 
-// routeFor is tryRoute by worker w, which then runs its calls: w takes its
-// inbox first, and what it routes to itself joins that queue without the
-// inbox's lock (no other thread can reach it: others route only after rx
-// is released, into the inbox). Calls stay in arrival order: those routed
-// before are ahead in the queue taken, those routed after are in the
-// inbox for the next Poll. It reports false, having done nothing, when
-// another thread routes.
+// routeFor is tryRoute by worker w, which then runs its calls: at the
+// first call it routes to itself, w takes its inbox, and that call and
+// the later ones join the queue taken without the inbox's lock (no other
+// thread can reach it: others route only after rx is released, into the
+// inbox). Calls stay in arrival order: those routed before are ahead in
+// the queue taken, those routed after are in the inbox for the next Poll.
+// It reports false when it routed nothing to w (or another thread
+// routes): a Poll that finds nothing pays no more than tryRoute.
 func (f *Fabric) routeFor(w *Worker) ([]queued, []byte, bool) {
 	if !f.rx.TryLock() {
 		return nil, nil, false
 	}
-	w.own.q, w.own.arena = w.in.take(&w.spare)
 	f.self = w
 	f.routeLocked()
 	f.self = nil
-	q, a := w.own.q, w.own.arena
-	w.own.q, w.own.arena = nil, nil
+	q, a, ok := w.own.q, w.own.arena, w.owning
+	w.own.q, w.own.arena, w.owning = nil, nil, false
 	f.rx.Unlock()
-	return q, a, true
+	return q, a, ok
 }
 
 // routeLocked takes the receive completions there are (f.rx held), at

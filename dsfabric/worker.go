@@ -16,6 +16,7 @@ type Worker struct {
 	in     inbox
 	spare  spare    // the inbox's other half, swapped in by Poll
 	own    inbox    // while this worker routes (f.rx held): its calls, lock-free
+	owning bool     // own holds the inbox taken in this routing round
 	inPoll bool     // Poll runs: a handler's Poll only routes
 	call   Call     // handed to each handler this worker runs
 	asleep pollMark // 1 while Serve sleeps on the receive queue's doorbell
@@ -32,6 +33,10 @@ func (w *Worker) Fabric() *Fabric { return w.f }
 // sleeps.
 func (w *Worker) deliver(h callHdr, args, tail []byte, src int) {
 	if w.f.self == w {
+		if !w.owning {
+			w.own.q, w.own.arena = w.in.take(&w.spare)
+			w.owning = true
+		}
 		w.own.add(h, args, tail, src, false)
 		return
 	}
