@@ -21,8 +21,8 @@ import (
 //     first), so that a busy job needs no service thread and no wake-up per
 //     message; the service thread routes only while no worker polls, and
 //     otherwise just runs service calls. A worker routing takes its own
-//     inbox first and queues the calls addressed to itself without the
-//     inbox's lock (routeFor): the common case of one worker polling pays
+//     inbox at the first call it routes to itself, and queues that call
+//     and the later ones without the inbox's lock (routeFor): the common case of one worker polling pays
 //     no lock per message.
 //   - Receive credits replace per-message acknowledgement: every sender may
 //     have credits() messages unconsumed here; routing writes the count it

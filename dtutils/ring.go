@@ -157,25 +157,13 @@ func (r *ring) enqueue2(e, tail []byte) bool {
 
 // dequeue copies the oldest entry into e (len ≥ entry); false when empty.
 func (r *ring) dequeue(e []byte) bool {
-	for {
-		pos := r.deqPos().Load()
-		s := r.seq(pos).Load()
-		switch d := int64(s - (pos + 1)); {
-		case d == 0:
-			if r.deqPos().CompareAndSwap(pos, pos+1) {
-				off := r.cellAt(pos) + 8
-				copy(e, r.mem[off:off+r.entry])
-				storeRelease(unsafe.Pointer(r.seq(pos)), pos+r.capacity)
-				return true
-			}
-		case d < 0:
-			return false
-		default:
-			if r.deqPos().Load() == pos {
-				return false // see claimSome: a corrupt cell
-			}
-		}
+	pos, k := r.claimSome(1)
+	if k == 0 {
+		return false
 	}
+	copy(e, r.cellData(pos))
+	r.releaseCell(pos)
+	return true
 }
 
 // claimSome claims up to max of the oldest entries with one
@@ -183,7 +171,7 @@ func (r *ring) dequeue(e []byte) bool {
 // and how many (0 when the ring is empty). The caller reads each claimed
 // cell (cellData) and hands it back (releaseCell) in order. A cell holds
 // its lap's entry when its sequence is its position + 1; claiming a run of
-// such cells at once is dequeue's single-cell claim made for
+// such cells at once is Vyukov's single-cell claim made for
 // several (positions only grow, so the compare-and-swap cannot be fooled),
 // and saves a locked instruction per entry for a consumer that drains.
 func (r *ring) claimSome(max int) (uint64, int) {
