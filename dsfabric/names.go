@@ -26,17 +26,13 @@ func (n Names) Thread(rank, t int) (ThreadID, error) {
 	return ThreadID(rank*n.ThreadsPerProcess + t), nil
 }
 
-// Rank returns the process rank of thread id.
-func (n Names) Rank(id ThreadID) int { return int(uint32(id) / n.tpp()) }
+// Rank returns the process rank of thread id. Rank and ThreadRank run on
+// every send: they divide in 32 bits, a fraction of a 64-bit division's
+// cycles on x86 (thread IDs are 32-bit, ThreadsPerProcess at most 4096).
+func (n Names) Rank(id ThreadID) int { return int(uint32(id) / uint32(n.ThreadsPerProcess)) }
 
 // ThreadRank returns the rank of thread id within its process.
-func (n Names) ThreadRank(id ThreadID) int { return int(uint32(id) % n.tpp()) }
-
-// tpp is ThreadsPerProcess for Rank and ThreadRank, which divide by it
-// on every call: a 32-bit division takes a fraction of a 64-bit one's
-// cycles on x86. Thread IDs are 32-bit, so ThreadsPerProcess beyond that
-// range names no thread either way.
-func (n Names) tpp() uint32 { return uint32(min(n.ThreadsPerProcess, 1<<32-1)) }
+func (n Names) ThreadRank(id ThreadID) int { return int(uint32(id) % uint32(n.ThreadsPerProcess)) }
 
 // Threads returns the number of worker threads in the job.
 func (n Names) Threads() int { return n.Size * n.ThreadsPerProcess }

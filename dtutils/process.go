@@ -415,10 +415,7 @@ func (q *ringCQ) pollInto(dst []Completion, buf []byte) int {
 		for j := range uint64(k) {
 			cell := q.r.cellData(pos + j)
 			c, inline := getRecvCompl(cell)
-			switch {
-			case !inline:
-				q.r.releaseCell(pos + j)
-			case buf == nil:
+			if inline && buf == nil {
 				m := min(recvComplHdr+complTail(cell), len(cell))
 				copy(e[:], cell[:m])
 				q.r.releaseCell(pos + j)
@@ -426,15 +423,17 @@ func (q *ringCQ) pollInto(dst []Completion, buf []byte) int {
 				if !q.proc.deliverInline(&c, e[recvComplHdr:m]) {
 					continue
 				}
-			default:
-				// In place: from the cell straight into buf. c.Bytes was
-				// read once (the peer may write the cell at will).
-				c.InPlace = true
-				kept++
-				if c.Bytes > recvInlineMax || recvComplHdr+c.Bytes > len(cell) {
-					c.Status, c.Bytes = StatusLength, 0 // a corrupt entry
-				} else {
-					copy(buf[n*recvInlineMax:], cell[recvComplHdr:recvComplHdr+c.Bytes])
+			} else {
+				if inline {
+					// In place: from the cell straight into buf. c.Bytes
+					// was read once (the peer may write the cell at will).
+					c.InPlace = true
+					kept++
+					if c.Bytes > recvInlineMax || recvComplHdr+c.Bytes > len(cell) {
+						c.Status, c.Bytes = StatusLength, 0 // a corrupt entry
+					} else {
+						copy(buf[n*recvInlineMax:], cell[recvComplHdr:recvComplHdr+c.Bytes])
+					}
 				}
 				q.r.releaseCell(pos + j)
 			}
