@@ -98,7 +98,8 @@ type aggDst struct {
 	// The open batch: [outer header][inner records][room for the seal].
 	// Trad's batch being filled; Ovfl's batch of kept calls being filled.
 	batch alloc.Memory
-	used  int // bytes of inner records in batch
+	buf   []byte // batch.Bytes() while batch is open: one slice per batch, not per call
+	used  int    // bytes of inner records in batch
 	// Ovfl: sealed records kept, in order (closed batches and calls too
 	// big for a batch), ahead of the open batch.
 	queue  []keptRecord
@@ -169,9 +170,9 @@ func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 		if d.batch, err = a.m.alloc(s.tx, recordSize(a.cfg.FlushSize)); err != nil {
 			return err
 		}
+		d.buf = d.batch.Bytes()
 	}
-	putInner(d.batch.Bytes()[recordHeader+d.used:], h, args, buf)
-	d.used += in
+	d.used += putInner(d.buf[recordHeader+d.used:], h, args, buf)
 	if d.used >= a.cfg.FlushSize {
 		// The call is batched either way: a full messenger only delays it
 		// to the next call or Flush.
@@ -204,7 +205,7 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 	if err := s.write(rec); err != nil {
 		return err // as above: a failed write releases nothing
 	}
-	d.batch, d.used = alloc.Memory{}, 0 // rec's write released the handout
+	d.batch, d.buf, d.used = alloc.Memory{}, nil, 0 // rec's write released the handout
 	return nil
 }
 
@@ -295,9 +296,9 @@ func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID
 		if err != nil {
 			return atBound, err
 		}
-		d.batch = mem
+		d.batch, d.buf = mem, mem.Bytes()
 	}
-	putInner(d.batch.Bytes()[recordHeader+d.used:], h, args, buf)
+	putInner(d.buf[recordHeader+d.used:], h, args, buf)
 	d.used += in
 	d.queued += in
 	return false, nil
@@ -333,7 +334,7 @@ func (a *Aggregator) closeBatch(d *aggDst) {
 	}
 	rec, _ := d.batch.Slice(0, a.sealBatch(d))
 	d.queue = append(d.queue, keptRecord{rec, d.used})
-	d.batch, d.used = alloc.Memory{}, 0
+	d.batch, d.buf, d.used = alloc.Memory{}, nil, 0
 }
 
 // drain sends kept calls in order while the messenger progresses; when

@@ -271,19 +271,38 @@ func innerHeaderFor(nb int) int {
 // bytes.
 func innerSize(na, nb int) int { return innerHeaderFor(nb) + (na+nb+7)&^7 }
 
-func putInner(b []byte, h dsfabric.HandlerID, args, buf []byte) {
-	binary.LittleEndian.PutUint32(b[0:], uint32(h))
-	na := uint32(len(args))
-	if len(buf) > 0 {
-		na |= innerHasBuf
-		binary.LittleEndian.PutUint32(b[8:], uint32(len(buf)))
-		binary.LittleEndian.PutUint32(b[12:], 0)
+// putInner writes an inner record at the start of b and returns its size
+// (innerSize). It is Trad's and Ovfl's per-call work, so it writes the
+// header as words and zeroes the padding by one store into the record's
+// last word before the arguments cover the rest of it, rather than through
+// three calls of copy and clear.
+func putInner(b []byte, h dsfabric.HandlerID, args, buf []byte) int {
+	na, nb := len(args), len(buf)
+	if nb == 0 {
+		size := innerHeader + (na+7)&^7
+		b = b[:size:size]
+		binary.LittleEndian.PutUint64(b, uint64(uint32(h))|uint64(uint32(na))<<32)
+		switch {
+		case na == 8: // one word, the commonest call: no call of memmove
+			binary.LittleEndian.PutUint64(b[innerHeader:], binary.LittleEndian.Uint64(args))
+		case na&7 != 0:
+			binary.LittleEndian.PutUint64(b[size-8:], 0)
+			fallthrough
+		default:
+			copy(b[innerHeader:], args)
+		}
+		return size
 	}
-	binary.LittleEndian.PutUint32(b[4:], na)
-	off := innerHeaderFor(len(buf))
-	copy(b[off:], args)
-	copy(b[off+len(args):], buf)
-	clear(b[off+len(args)+len(buf) : innerSize(len(args), len(buf))])
+	size := innerHeaderBuf + (na+nb+7)&^7
+	b = b[:size:size]
+	binary.LittleEndian.PutUint64(b, uint64(uint32(h))|uint64(uint32(na)|innerHasBuf)<<32)
+	binary.LittleEndian.PutUint64(b[8:], uint64(uint32(nb))) // and the reserved word, 0
+	if (na+nb)&7 != 0 {
+		binary.LittleEndian.PutUint64(b[size-8:], 0)
+	}
+	copy(b[innerHeaderBuf:], args)
+	copy(b[innerHeaderBuf+na:], buf)
+	return size
 }
 
 // nextInner parses the inner record at the start of b.
