@@ -91,6 +91,13 @@ func putRecord(b []byte, h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf 
 // copyBody copies a record's arguments and buffer into place and returns
 // their length.
 func copyBody(b, args, buf []byte) int {
+	if len(buf) == 0 {
+		if len(args) == 8 { // one word, the commonest call: no call of memmove
+			binary.LittleEndian.PutUint64(b[recordHeader:], binary.LittleEndian.Uint64(args))
+			return 8
+		}
+		return copy(b[recordHeader:], args)
+	}
 	n := copy(b[recordHeader:], args)
 	return n + copy(b[recordHeader+n:], buf)
 }
@@ -105,7 +112,9 @@ func sealRecord(b []byte, h dsfabric.HandlerID, src dsfabric.ThreadID, nargs, n 
 	h1 := uint64(src) | uint64(uint32(nargs))<<32
 	binary.LittleEndian.PutUint64(b[0:], h0)
 	binary.LittleEndian.PutUint64(b[8:], h1)
-	clear(b[recordHeader+n : len(b)-recordSeal])
+	if pad := b[recordHeader+n : len(b)-recordSeal]; len(pad) > 0 {
+		clear(pad)
+	}
 	// Stored last with release semantics: b may be the destination's own
 	// memory (a mapped chunk), whose receiver polls this word. A plain
 	// store on amd64; little-endian there, as the wire wants.
