@@ -118,8 +118,14 @@ func runFabricModes(modes []string, spec rawSpec, procs int, stderr io.Writer) (
 				var err error
 				if f.Rank() == 1 {
 					payload := make([]byte, j.size)
-					for i := 0; i < spec.n && err == nil; i++ {
-						payload[i%j.size] = byte(i) // varying payload
+					// The byte varied per call walks the payload with a
+					// counter: i % size was a division per call, 5 % of the
+					// trad sender's profile.
+					for i, k := 0, 0; i < spec.n && err == nil; i++ {
+						payload[k] = byte(i) // varying payload
+						if k++; k == j.size {
+							k = 0
+						}
 						err = call(payload)
 					}
 					if fl := flushes[j.mode]; fl != nil && err == nil {
