@@ -100,10 +100,62 @@ type aggDst struct {
 	batch alloc.Memory
 	buf   []byte // batch.Bytes() while batch is open: one slice per batch, not per call
 	used  int    // bytes of inner records in batch
+	// The run the open batch ends with (docs/wire.md, "Batch"): runN calls
+	// of runH with runNA argument bytes, counted in the header at runAt
+	// (from the first inner record). runN 0: the last inner record is not
+	// one a call can extend.
+	runAt, runNA, runN int
+	runH               dsfabric.HandlerID
 	// Ovfl: sealed records kept, in order (closed batches and calls too
 	// big for a batch), ahead of the open batch.
 	queue  []keptRecord
 	queued int // ovfl: bytes kept (queue and open batch; MaxExceeding)
+}
+
+// extends reports whether a call of h with na argument and nb buffer
+// bytes extends the run d's open batch ends with.
+func (d *aggDst) extends(h dsfabric.HandlerID, na, nb int) bool {
+	return d.runN > 0 && nb == 0 && h == d.runH && na == d.runNA && d.runN < maxRunCalls
+}
+
+// cost is the bytes of batch a call of h with na argument and nb buffer
+// bytes takes: the arguments alone when it extends the run, else an inner
+// record.
+func (d *aggDst) cost(h dsfabric.HandlerID, na, nb int) int {
+	if d.extends(h, na, nb) {
+		return (na + 7) &^ 7
+	}
+	return innerSize(na, nb)
+}
+
+// put writes a call into the open batch, which has room for its cost, and
+// returns that cost; the caller adds it to used. A stream of calls of one
+// handler with one argument size becomes a run: each call after the first
+// costs its arguments and one store into the run's header, not a header
+// of its own (an 8-byte call: 8 bytes instead of 16).
+func (d *aggDst) put(h dsfabric.HandlerID, args, buf []byte) int {
+	na := len(args)
+	if d.extends(h, na, len(buf)) {
+		stride := (na + 7) &^ 7
+		at := recordHeader + d.used
+		putRunArgs(d.buf[at:at+stride:at+stride], args)
+		d.runN++
+		binary.LittleEndian.PutUint32(d.buf[recordHeader+d.runAt+4:], runWord(na, d.runN))
+		return stride
+	}
+	n := putInner(d.buf[recordHeader+d.used:], h, args, buf)
+	d.runN = 0
+	if len(buf) == 0 && na <= maxRunArgs && h != extHandler {
+		// A one-call run is a plain inner record: the header's run bit is
+		// set only when a second call extends it.
+		d.runAt, d.runH, d.runNA, d.runN = d.used, h, na, 1
+	}
+	return n
+}
+
+// closed forgets the open batch once it is sent or queued.
+func (d *aggDst) closed() {
+	d.batch, d.buf, d.used, d.runN = alloc.Memory{}, nil, 0, 0
 }
 
 // keptRecord is a sealed record Ovfl keeps, and the bytes it counts
@@ -149,7 +201,7 @@ func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 		return a.ovfl(dst, h, args, buf)
 	}
 	d := a.dst(dst)
-	in := innerSize(len(args), len(buf))
+	in := d.cost(h, len(args), len(buf))
 	if in > a.cfg.FlushSize {
 		// Too big to batch: flush what is batched (order), send it alone.
 		if err := a.flush(dst, d); err != nil {
@@ -172,7 +224,7 @@ func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 		}
 		d.buf = d.batch.Bytes()
 	}
-	d.used += putInner(d.buf[recordHeader+d.used:], h, args, buf)
+	d.used += d.put(h, args, buf)
 	if d.used >= a.cfg.FlushSize {
 		// The call is batched either way: a full messenger only delays it
 		// to the next call or Flush.
@@ -205,7 +257,7 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 	if err := s.write(rec); err != nil {
 		return err // as above: a failed write releases nothing
 	}
-	d.batch, d.buf, d.used = alloc.Memory{}, nil, 0 // rec's write released the handout
+	d.closed() // rec's write released the handout
 	return nil
 }
 
@@ -268,7 +320,7 @@ func (a *Aggregator) stuck(dst dsfabric.ThreadID, d *aggDst) bool {
 // it was not kept because MaxExceeding or the messengers' record memory
 // would be passed; err is then ErrFull.
 func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID, args, buf []byte) (atBound bool, err error) {
-	in := innerSize(len(args), len(buf))
+	in := d.cost(h, len(args), len(buf))
 	if in > a.cfg.FlushSize {
 		n := recordSize(len(args) + len(buf))
 		if d.queued+n > a.cfg.MaxExceeding {
@@ -285,10 +337,14 @@ func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID
 		d.queued += n
 		return false, nil
 	}
+	full := d.used+in > a.cfg.FlushSize
+	if full {
+		in = innerSize(len(args), len(buf)) // in a new batch: no run to extend
+	}
 	if d.queued+in > a.cfg.MaxExceeding {
 		return true, a.exceeding(dst, d)
 	}
-	if d.used+in > a.cfg.FlushSize {
+	if full {
 		a.closeBatch(d)
 	}
 	if d.batch.IsZero() {
@@ -298,7 +354,7 @@ func (a *Aggregator) keep(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID
 		}
 		d.batch, d.buf = mem, mem.Bytes()
 	}
-	putInner(d.buf[recordHeader+d.used:], h, args, buf)
+	in = d.put(h, args, buf)
 	d.used += in
 	d.queued += in
 	return false, nil
@@ -334,7 +390,7 @@ func (a *Aggregator) closeBatch(d *aggDst) {
 	}
 	rec, _ := d.batch.Slice(0, a.sealBatch(d))
 	d.queue = append(d.queue, keptRecord{rec, d.used})
-	d.batch, d.buf, d.used = alloc.Memory{}, nil, 0
+	d.closed()
 }
 
 // drain sends kept calls in order while the messenger progresses; when

@@ -1,6 +1,7 @@
 package riutils
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,7 +13,8 @@ import (
 )
 
 // TestAggregatorTradBatches (paper §4.4.2): trad sends whole batches, far
-// fewer records than calls, each call still run once in order.
+// fewer records than calls, each call still run once in order; a stream of
+// 8-byte calls to one handler takes 8 bytes a call.
 func TestAggregatorTradBatches(t *testing.T) {
 	var seq sequence
 	var h dsfabric.HandlerID
@@ -36,7 +38,9 @@ func TestAggregatorTradBatches(t *testing.T) {
 			if err := a.Flush(); err != nil {
 				return err
 			}
-			perBatch := 4096 / innerSize(8, 0)
+			// One handler, one argument size: a batch is one run, 8 bytes
+			// a call under one inner header (docs/wire.md, "Batch").
+			perBatch := (4096 - innerHeader) / 8
 			if rec := m.Stats().Calls; rec > int64(n/perBatch+2) {
 				return fmt.Errorf("%d records for %d calls: not batched (%d calls fit a batch)", rec, n, perBatch)
 			}
@@ -244,4 +248,114 @@ func TestAggregatorOvflKeepsWithoutAllocating(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAggregatorRuns (docs/wire.md, "Batch"): consecutive calls of one
+// handler with one argument size share one inner header, a run. A script
+// that starts, extends and breaks runs every way it can — another handler,
+// another size, a buffer, empty arguments, more calls than a run counts,
+// arguments of the largest size a run takes and one byte more, a batch
+// filling up — arrives exactly as made, in order: in trad, and in ovfl,
+// whose calls are kept in batches while the receiver stalls.
+func TestAggregatorRuns(t *testing.T) {
+	type call struct {
+		h         int
+		args, buf []byte
+	}
+	var script []call
+	add := func(n, h, size int, buf []byte) {
+		for i := 0; i < n; i++ {
+			a := make([]byte, size)
+			for j := range a {
+				a[j] = byte(len(script) + 7*j)
+			}
+			script = append(script, call{h, a, buf})
+		}
+	}
+	add(20000, 0, 8, nil) // across batches: 64 KiB hold 8191
+	add(5, 1, 3, nil)
+	add(1, 1, 3, []byte("xy"))
+	add(4, 1, 3, nil)
+	add(maxRunCalls+10, 0, 0, nil)
+	for i := 0; i < 100; i++ {
+		add(1, i%2, 8, nil)
+	}
+	for i := 0; i < 200; i++ {
+		add(1, 0, 1+i%20, nil)
+	}
+	add(50, 1, 13, nil)
+	add(2, 0, maxRunArgs, nil)
+	add(2, 0, maxRunArgs+1, nil)
+	add(3, 1, 8, []byte("buffer"))
+	add(20, 1, 16, nil)
+
+	for _, mode := range []Mode{Trad, Ovfl} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := Config{ChunkSize: 256 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
+			if mode == Ovfl {
+				cfg.Policy = Fail // a full messenger keeps calls rather than waits
+			}
+			var hs [2]dsfabric.HandlerID
+			var got []call
+			accepted := make(chan int, 1)
+			twoThreads(t, cfg, func(r *dsfabric.Handlers) {
+				for i := range hs {
+					hs[i], _ = r.Register(fmt.Sprint("run", i), func(c *dsfabric.Call, args []byte) ([]byte, error) {
+						got = append(got, call{i, bytes.Clone(args), bytes.Clone(c.Buffer)})
+						return nil, nil
+					})
+				}
+			},
+				func(m *Messengers) error {
+					if mode == Ovfl { // stalled: the sender's calls are kept
+						<-accepted
+					}
+					// Each call is checked as it arrives, and a broken
+					// messenger ends the wait: a bug fails in well under a
+					// second, not at the deadline.
+					checked := 0
+					for deadline := time.Now().Add(20 * time.Second); checked < len(script); {
+						if m.Poll() == 0 {
+							if err := m.Err(); err != nil {
+								return fmt.Errorf("after %d of %d calls: %w", checked, len(script), err)
+							}
+							if time.Now().After(deadline) {
+								return fmt.Errorf("%d of %d calls arrived", len(got), len(script))
+							}
+						}
+						for ; checked < len(got); checked++ {
+							if checked == len(script) {
+								return fmt.Errorf("%d calls arrived for %d made", len(got), len(script))
+							}
+							g, c := got[checked], script[checked]
+							if g.h != c.h || !bytes.Equal(g.args, c.args) || !bytes.Equal(g.buf, c.buf) {
+								return fmt.Errorf("call %d arrived as handler %d, %d argument bytes, buffer %q; made as handler %d, %d bytes, %q", checked, g.h, len(g.args), g.buf, c.h, len(c.args), c.buf)
+							}
+						}
+					}
+					return m.Err()
+				},
+				func(m *Messengers) error {
+					a, err := m.Aggregator(AggregatorConfig{Mode: mode, FlushSize: 64 << 10, MaxExceeding: 4 << 20})
+					if err != nil {
+						return err
+					}
+					kept := 0
+					for i, c := range script {
+						if err := a.CallBuffer(0, hs[c.h], c.args, c.buf); err != nil {
+							return fmt.Errorf("call %d: %w", i, err)
+						}
+						kept = max(kept, a.Exceeding())
+					}
+					accepted <- len(script)
+					if mode == Trad {
+						return a.Flush()
+					}
+					if kept == 0 {
+						return errors.New("ovfl kept no call: its batches were not tested")
+					}
+					return flushKept(a)
+				})
+		})
+	}
 }

@@ -182,6 +182,14 @@ func (r *receiver) poll() int {
 func (r *receiver) dispatch(rec *record) error {
 	if rec.handler == batchHandler {
 		for b := rec.args; len(b) > 0; {
+			if len(b) >= innerHeader && binary.LittleEndian.Uint32(b[4:])&innerRun != 0 {
+				n, err := r.runRun(rec.src, b)
+				if err != nil {
+					return err
+				}
+				b = b[n:]
+				continue
+			}
 			h, args, buf, size, err := nextInner(b)
 			if err != nil {
 				return err
@@ -207,6 +215,25 @@ func (r *receiver) dispatch(rec *record) error {
 		r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(rec.handler)), "err", err)
 	}
 	return nil
+}
+
+// runRun runs the run of calls at the start of b (docs/wire.md, "Batch")
+// and returns its size.
+func (r *receiver) runRun(src dsfabric.ThreadID, b []byte) (int, error) {
+	h, args, na, stride, count, size, err := nextRun(b)
+	if err != nil {
+		return 0, err
+	}
+	if h == extHandler { // an extension record is never put in a run
+		return 0, fmt.Errorf("%w: a run of extension records", ErrProtocol)
+	}
+	for i := 0; i < count; i++ {
+		a := args[i*stride : i*stride+na : i*stride+na]
+		if _, err := r.run(h, src, a, nil); err != nil {
+			r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
+		}
+	}
+	return size, nil
 }
 
 // run runs handler h for src and returns its result and error.

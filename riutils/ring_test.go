@@ -346,6 +346,26 @@ func TestInnerRecordFormat(t *testing.T) {
 			t.Errorf("%d + %d bytes: padding %x not zeroed", c.na, c.nb, pad)
 		}
 	}
+	// A run: three calls of 5 argument bytes under one header.
+	run := make([]byte, innerHeader+3*8+8)
+	binary.LittleEndian.PutUint32(run, 9)
+	binary.LittleEndian.PutUint32(run[4:], runWord(5, 3))
+	for i := 0; i < 3; i++ {
+		putRunArgs(run[innerHeader+8*i:innerHeader+8*i+8], []byte{byte(i), 1, 2, 3, 4})
+	}
+	h, args, na, stride, count, size, err := nextRun(run)
+	if err != nil || h != 9 || na != 5 || stride != 8 || count != 3 || size != innerHeader+24 || args[16] != 2 || args[21] != 0 {
+		t.Errorf("run parsed back as handler %d, %d bytes × %d (stride %d), size %d, %v", h, na, count, stride, size, err)
+	}
+	overrun := bytes.Clone(run[:innerHeader+16])
+	withFlag := bytes.Clone(run)
+	binary.LittleEndian.PutUint32(withFlag[4:], runWord(5, 3)|innerHasBuf)
+	for name, b := range map[string][]byte{"run overruns the batch": overrun, "run with a buffer flag": withFlag, "run header cut short": run[:6]} {
+		if _, _, _, _, _, _, err := nextRun(b); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", name, err)
+		}
+	}
+
 	withBuf := make([]byte, 32)
 	putInner(withBuf, 7, []byte("ab"), []byte("cd"))
 	emptyBuf, reserved, overrun := bytes.Clone(withBuf), bytes.Clone(withBuf), make([]byte, 16)
@@ -376,7 +396,21 @@ func FuzzInnerParse(f *testing.F) {
 	f.Add(plain, 2)
 	f.Add(withBuf, 4)
 	f.Add([]byte{1, 2, 3, 4, 0, 0, 0, 0x80}, 0)
+	run := make([]byte, innerHeader+16)
+	binary.LittleEndian.PutUint32(run[4:], runWord(8, 2))
+	f.Add(run, 0)
 	f.Fuzz(func(t *testing.T, data []byte, cut int) {
+		if len(data) >= innerHeader && binary.LittleEndian.Uint32(data[4:])&innerRun != 0 {
+			h, args, na, stride, count, size, err := nextRun(data)
+			if err != nil {
+				if !errors.Is(err, ErrProtocol) {
+					t.Fatalf("error not wrapping ErrProtocol: %v", err)
+				}
+			} else if size > len(data) || size%8 != 0 || count < 1 || na > stride || stride != (na+7)&^7 || len(args) != count*stride || size != innerHeader+len(args) || h != dsfabric.HandlerID(binary.LittleEndian.Uint32(data)) {
+				t.Fatalf("run of %d calls of %d bytes (stride %d), size %d, accepted in %d bytes", count, na, stride, size, len(data))
+			}
+			return
+		}
 		if h, args, buf, size, err := nextInner(data); err != nil {
 			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("error not wrapping ErrProtocol: %v", err)

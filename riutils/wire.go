@@ -259,12 +259,64 @@ func parseAllocReply(b []byte, want int) ([]alloc.Locator, error) {
 //	without a buffer:   8  arguments, zero-padded to a multiple of 8
 //	with a buffer:      8  u32 buffer bytes (not 0)   12 u32 reserved (0)
 //	                    16 arguments, buffer, zero-padded to a multiple of 8
+//
+// Consecutive calls of one handler with equal argument sizes and no buffer
+// form a run under one such header (bit 30 set, docs/wire.md "Batch"): an
+// 8-byte call then takes 8 bytes of the batch instead of 16.
 const (
 	batchHandlerName = "riutils.batch"
 	innerHeader      = 8  // an inner record without a buffer
 	innerHeaderBuf   = 16 // an inner record with one
 	innerHasBuf      = 1 << 31
+	// A run: consecutive calls of one handler with equal argument sizes and
+	// no buffer, under one 8-byte header whose second word holds the
+	// argument size (bits 0–13) and the count less one (bits 14–29).
+	innerRun     = 1 << 30
+	runArgsBits  = 14
+	maxRunArgs   = 1<<runArgsBits - 1
+	maxRunCalls  = 1 << 16
+	runCountMask = maxRunCalls - 1
 )
+
+// runWord is the second header word of a run of count calls with na
+// argument bytes each.
+func runWord(na, count int) uint32 {
+	return innerRun | uint32(count-1)<<runArgsBits | uint32(na)
+}
+
+// nextRun parses the run at the start of b (whose second header word has
+// innerRun set): count calls of handler h, the i-th with the arguments
+// args[i*stride:][:na].
+func nextRun(b []byte) (h dsfabric.HandlerID, args []byte, na, stride, count, size int, err error) {
+	if len(b) < innerHeader {
+		return 0, nil, 0, 0, 0, 0, fmt.Errorf("%w: %d bytes left in a batch", ErrProtocol, len(b))
+	}
+	w := binary.LittleEndian.Uint32(b[4:])
+	if w&innerHasBuf != 0 {
+		return 0, nil, 0, 0, 0, 0, fmt.Errorf("%w: a run of calls with a buffer flag", ErrProtocol)
+	}
+	na = int(w & maxRunArgs)
+	count = int(w>>runArgsBits&runCountMask) + 1
+	stride = (na + 7) &^ 7
+	size = innerHeader + count*stride
+	if size > len(b) {
+		return 0, nil, 0, 0, 0, 0, fmt.Errorf("%w: a run of %d calls of %d bytes overruns the batch (%d bytes left)", ErrProtocol, count, na, len(b))
+	}
+	return dsfabric.HandlerID(binary.LittleEndian.Uint32(b)), b[innerHeader:size:size], na, stride, count, size, nil
+}
+
+// putRunArgs writes one more call's arguments into a run: b is its stride,
+// na rounded up to 8.
+func putRunArgs(b, args []byte) {
+	if len(args) == 8 {
+		binary.LittleEndian.PutUint64(b, binary.LittleEndian.Uint64(args))
+		return
+	}
+	if len(args)&7 != 0 {
+		binary.LittleEndian.PutUint64(b[len(b)-8:], 0)
+	}
+	copy(b, args)
+}
 
 var batchHandler = dsfabric.IDOf(batchHandlerName)
 
