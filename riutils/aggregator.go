@@ -138,7 +138,7 @@ func (d *aggDst) put(h dsfabric.HandlerID, args, buf []byte) int {
 	if d.extends(h, na, len(buf)) {
 		stride := (na + 7) &^ 7
 		at := recordHeader + d.used
-		putRunArgs(d.buf[at:at+stride:at+stride], args)
+		putArgs(d.buf[at:at+stride:at+stride], args)
 		d.runN++
 		binary.LittleEndian.PutUint32(d.buf[recordHeader+d.runAt+4:], runWord(na, d.runN))
 		return stride

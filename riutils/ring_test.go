@@ -351,7 +351,7 @@ func TestInnerRecordFormat(t *testing.T) {
 	binary.LittleEndian.PutUint32(run, 9)
 	binary.LittleEndian.PutUint32(run[4:], runWord(5, 3))
 	for i := 0; i < 3; i++ {
-		putRunArgs(run[innerHeader+8*i:innerHeader+8*i+8], []byte{byte(i), 1, 2, 3, 4})
+		putArgs(run[innerHeader+8*i:innerHeader+8*i+8], []byte{byte(i), 1, 2, 3, 4})
 	}
 	h, args, na, stride, count, size, err := nextRun(run)
 	if err != nil || h != 9 || na != 5 || stride != 8 || count != 3 || size != innerHeader+24 || args[16] != 2 || args[21] != 0 {

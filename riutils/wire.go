@@ -305,10 +305,10 @@ func nextRun(b []byte) (h dsfabric.HandlerID, args []byte, na, stride, count, si
 	return dsfabric.HandlerID(binary.LittleEndian.Uint32(b)), b[innerHeader:size:size], na, stride, count, size, nil
 }
 
-// putRunArgs writes one more call's arguments into a run: b is its stride,
-// na rounded up to 8.
-func putRunArgs(b, args []byte) {
-	if len(args) == 8 {
+// putArgs writes a call's arguments into b, their stride (len(args)
+// rounded up to 8), zero-padded: in a plain inner record or a run.
+func putArgs(b, args []byte) {
+	if len(args) == 8 { // one word, the commonest call: no call of memmove
 		binary.LittleEndian.PutUint64(b, binary.LittleEndian.Uint64(args))
 		return
 	}
@@ -343,15 +343,7 @@ func putInner(b []byte, h dsfabric.HandlerID, args, buf []byte) int {
 		size := innerHeader + (na+7)&^7
 		b = b[:size:size]
 		binary.LittleEndian.PutUint64(b, uint64(uint32(h))|uint64(uint32(na))<<32)
-		switch {
-		case na == 8: // one word, the commonest call: no call of memmove
-			binary.LittleEndian.PutUint64(b[innerHeader:], binary.LittleEndian.Uint64(args))
-		case na&7 != 0:
-			binary.LittleEndian.PutUint64(b[size-8:], 0)
-			fallthrough
-		default:
-			copy(b[innerHeader:], args)
-		}
+		putArgs(b[innerHeader:], args)
 		return size
 	}
 	size := innerHeaderBuf + (na+nb+7)&^7
