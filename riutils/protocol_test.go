@@ -201,7 +201,9 @@ func TestFlushDeliversEveryCall(t *testing.T) {
 func flushDelivers(t *testing.T, mode Mode, tr string, senders int) {
 	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Retry}
 	rule := "trad Flush must send the partly filled batch"
-	n := 4096/innerSize(8, 0) + 20 // one full 4 KiB batch and a small partial one: they fit the stalled ring
+	// One full 4 KiB batch (a run of 8-byte calls) and a small partial
+	// one: they fit the stalled ring.
+	n := (4096-innerHeader)/8 + 20
 	if mode == Ovfl {
 		rule = "ovfl Flush must send every call kept in the overflow queue"
 		n = 3000 // far more than the stalled ring holds
