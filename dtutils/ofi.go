@@ -798,9 +798,28 @@ func (p *ofiProvider) probe() {
 // queue pair's sequence. A send that fails fails the queue pair.
 func (q *ofiQP) control(kind uint8) { q.controlBody(kind, nil) }
 
+// awaitConnected waits, at most PeerTimeout, until Connect has set the
+// peer's address and token, and reports whether it has. A peer that
+// connected first may send a region question or a probe before Connect
+// here is done, and the answer, sent from a goroutine, must not read the
+// address before Connect wrote it (it raced with Connect, and would have
+// gone to address 0 with token 0). Once connected, one atomic load.
+func (q *ofiQP) awaitConnected() bool {
+	for deadline := time.Now().Add(q.prov.cfg.PeerTimeout); !q.connected.Load(); {
+		if q.closed.Load() || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
 // controlBody sends a control message with a body (the one-sided path's
 // region questions and answers), as control does.
 func (q *ofiQP) controlBody(kind uint8, body []byte) {
+	if !q.awaitConnected() {
+		return
+	}
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	for try := 0; try < 100; try++ {
