@@ -2,9 +2,12 @@ package riutils
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -357,5 +360,64 @@ func TestAggregatorRuns(t *testing.T) {
 					return flushKept(a)
 				})
 		})
+	}
+}
+
+// unknownCalls counts the warnings about calls to unknown handlers.
+type unknownCalls struct{ n *atomic.Int64 }
+
+func (u unknownCalls) Enabled(context.Context, slog.Level) bool { return true }
+func (u unknownCalls) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "unknown handler") {
+		u.n.Add(1)
+	}
+	return nil
+}
+func (u unknownCalls) WithAttrs([]slog.Attr) slog.Handler { return u }
+func (u unknownCalls) WithGroup(string) slog.Handler      { return u }
+
+// TestAggregatorRunUnknownHandler: a run of calls to a handler the
+// receiver does not know is counted call by call in Stats and reported
+// once per run, not once per call (a batch of 8-byte calls would log 511
+// lines), and the calls after it still run.
+func TestAggregatorRunUnknownHandler(t *testing.T) {
+	const unknown, known = 3000, 10
+	var warnings atomic.Int64
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(unknownCalls{&warnings})
+	var seq sequence
+	var h dsfabric.HandlerID
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			if err := awaitCalls(m, &seq, known, time.Now().Add(20*time.Second), "the calls after a run to an unknown handler must run"); err != nil {
+				return err
+			}
+			if s := m.Stats(); s.UnknownHandlers != unknown {
+				return fmt.Errorf("%d calls to an unknown handler counted, want %d", s.UnknownHandlers, unknown)
+			}
+			return nil
+		},
+		func(m *Messengers) error {
+			a, err := m.Aggregator(AggregatorConfig{Mode: Trad, FlushSize: 4096})
+			if err != nil {
+				return err
+			}
+			var args [8]byte
+			for i := 0; i < unknown; i++ {
+				if err := a.Call(0, dsfabric.IDOf("riutils-test.nobody"), args[:]); err != nil {
+					return err
+				}
+			}
+			for i := 0; i < known; i++ {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				if err := a.Call(0, h, args[:]); err != nil {
+					return err
+				}
+			}
+			return a.Flush()
+		})
+	// 3000 calls fill six batches: one run each.
+	if n := warnings.Load(); n < 1 || n > unknown/((4096-innerHeader)/8)+2 {
+		t.Fatalf("%d warnings for %d calls to an unknown handler in runs, want one per run", n, unknown)
 	}
 }

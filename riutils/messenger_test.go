@@ -35,7 +35,9 @@ func seqOps() int {
 func job(t testing.TB, procs, threads int, transport string, cfg Config, reg func(*dsfabric.Handlers), body func(m *Messengers) error) {
 	h := dsfabric.NewHandlers()
 	reg(h)
-	cfg.Logger = quiet
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	errs := make(chan error, threads)
 	j, err := Start(context.Background(), dsfabric.Config{
 		Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h,

@@ -218,7 +218,8 @@ func (r *receiver) dispatch(rec *record) error {
 }
 
 // runRun runs the run of calls at the start of b (docs/wire.md, "Batch")
-// and returns its size.
+// and returns its size. The handler is looked up once for the run, and a
+// run to an unknown handler is counted and reported once, not per call.
 func (r *receiver) runRun(src dsfabric.ThreadID, b []byte) (int, error) {
 	h, args, na, stride, count, size, err := nextRun(b)
 	if err != nil {
@@ -227,30 +228,50 @@ func (r *receiver) runRun(src dsfabric.ThreadID, b []byte) (int, error) {
 	if h == extHandler { // an extension record is never put in a run
 		return 0, fmt.Errorf("%w: a run of extension records", ErrProtocol)
 	}
+	m := r.m
+	fn, ok := r.handler(h)
+	m.rx.stats.Received += int64(count)
+	if !ok {
+		m.rx.stats.UnknownHandlers += int64(count)
+		m.p.log.Warn("riutils: calls to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)), "calls", count)
+		return size, nil
+	}
 	for i := 0; i < count; i++ {
-		a := args[i*stride : i*stride+na : i*stride+na]
-		if _, err := r.run(h, src, a, nil); err != nil {
-			r.m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
+		if _, err := fn(r.callFor(src, nil), args[i*stride:i*stride+na:i*stride+na]); err != nil {
+			m.p.log.Warn("riutils: handler failed", "handler", fmt.Sprintf("%#08x", uint32(h)), "err", err)
 		}
 	}
 	return size, nil
 }
 
+// handler returns h's function; the last one found is kept at hand.
+func (r *receiver) handler(h dsfabric.HandlerID) (dsfabric.HandlerFunc, bool) {
+	if r.lastFn != nil && r.lastID == h {
+		return r.lastFn, true
+	}
+	fn, ok := r.m.p.handlers.Lookup(h)
+	if ok {
+		r.lastID, r.lastFn = h, fn
+	}
+	return fn, ok
+}
+
 // run runs handler h for src and returns its result and error.
 func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []byte) ([]byte, error) {
 	m := r.m
-	fn, ok := r.lastFn, r.lastFn != nil && r.lastID == h
-	if !ok {
-		if fn, ok = m.p.handlers.Lookup(h); ok {
-			r.lastID, r.lastFn = h, fn
-		}
-	}
+	fn, ok := r.handler(h)
 	m.rx.stats.Received++
 	if !ok {
 		m.rx.stats.UnknownHandlers++
 		m.p.log.Warn("riutils: call to an unknown handler", "from", src, "handler", fmt.Sprintf("%#08x", uint32(h)))
 		return nil, fmt.Errorf("%w %#08x", dsfabric.ErrUnknownHandler, uint32(h))
 	}
+	return fn(r.callFor(src, buf), args)
+}
+
+// callFor fills the receiver's Call for a call from src with buffer buf.
+func (r *receiver) callFor(src dsfabric.ThreadID, buf []byte) *dsfabric.Call {
+	m := r.m
 	// Field by field: a composite literal is built on the stack and then
 	// copied in with 16-byte moves, and that copy stalled (a quarter of the
 	// receiver's profile at 8-byte trad calls).
@@ -259,7 +280,7 @@ func (r *receiver) run(h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf []
 	if len(buf) == 0 {
 		c.Buffer = nil
 	}
-	return fn(c, args)
+	return c
 }
 
 // finish zeroes the consumed chunk, tells the sender (pushed feedback: the
