@@ -123,7 +123,7 @@ func (d *aggDst) extends(h dsfabric.HandlerID, na, nb int) bool {
 // record.
 func (d *aggDst) cost(h dsfabric.HandlerID, na, nb int) int {
 	if d.extends(h, na, nb) {
-		return (na + 7) &^ 7
+		return padded(na)
 	}
 	return innerSize(na, nb)
 }
@@ -136,7 +136,7 @@ func (d *aggDst) cost(h dsfabric.HandlerID, na, nb int) int {
 func (d *aggDst) put(h dsfabric.HandlerID, args, buf []byte) int {
 	na := len(args)
 	if d.extends(h, na, len(buf)) {
-		stride := (na + 7) &^ 7
+		stride := padded(na)
 		at := recordHeader + d.used
 		putArgs(d.buf[at:at+stride:at+stride], args)
 		d.runN++

@@ -92,8 +92,8 @@ func putRecord(b []byte, h dsfabric.HandlerID, src dsfabric.ThreadID, args, buf 
 // their length.
 func copyBody(b, args, buf []byte) int {
 	if len(buf) == 0 {
-		if len(args) == 8 { // one word, the commonest call: no call of memmove
-			binary.LittleEndian.PutUint64(b[recordHeader:], binary.LittleEndian.Uint64(args))
+		if len(args) == 8 {
+			putArgs(b[recordHeader:recordHeader+8], args) // one word
 			return 8
 		}
 		return copy(b[recordHeader:], args)
@@ -297,7 +297,7 @@ func nextRun(b []byte) (h dsfabric.HandlerID, args []byte, na, stride, count, si
 	}
 	na = int(w & maxRunArgs)
 	count = int(w>>runArgsBits&runCountMask) + 1
-	stride = (na + 7) &^ 7
+	stride = padded(na)
 	size = innerHeader + count*stride
 	if size > len(b) {
 		return 0, nil, 0, 0, 0, 0, fmt.Errorf("%w: a run of %d calls of %d bytes overruns the batch (%d bytes left)", ErrProtocol, count, na, len(b))
@@ -330,7 +330,11 @@ func innerHeaderFor(nb int) int {
 
 // innerSize is the size of an inner record with na argument and nb buffer
 // bytes.
-func innerSize(na, nb int) int { return innerHeaderFor(nb) + (na+nb+7)&^7 }
+func innerSize(na, nb int) int { return innerHeaderFor(nb) + padded(na+nb) }
+
+// padded is n rounded up to a multiple of 8: what n bytes of arguments
+// (and buffer) take in a record, and the stride of a run's calls.
+func padded(n int) int { return (n + 7) &^ 7 }
 
 // putInner writes an inner record at the start of b and returns its size
 // (innerSize). It is Trad's and Ovfl's per-call work, so it writes the
@@ -340,13 +344,13 @@ func innerSize(na, nb int) int { return innerHeaderFor(nb) + (na+nb+7)&^7 }
 func putInner(b []byte, h dsfabric.HandlerID, args, buf []byte) int {
 	na, nb := len(args), len(buf)
 	if nb == 0 {
-		size := innerHeader + (na+7)&^7
+		size := innerHeader + padded(na)
 		b = b[:size:size]
 		binary.LittleEndian.PutUint64(b, uint64(uint32(h))|uint64(uint32(na))<<32)
 		putArgs(b[innerHeader:], args)
 		return size
 	}
-	size := innerHeaderBuf + (na+nb+7)&^7
+	size := innerHeaderBuf + padded(na+nb)
 	b = b[:size:size]
 	binary.LittleEndian.PutUint64(b, uint64(uint32(h))|uint64(uint32(na)|innerHasBuf)<<32)
 	binary.LittleEndian.PutUint64(b[8:], uint64(uint32(nb))) // and the reserved word, 0
