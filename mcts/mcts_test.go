@@ -234,7 +234,9 @@ func distributedJob(t *testing.T, procs, threads int, cfg mcts.Config, body func
 
 func distributedSearch(d *mcts.Distributed) searcher {
 	return func(t *testing.T, s mcts.State, cfg mcts.Config) mcts.Result {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		// A search of these budgets takes well under a second (seconds
+		// under -race): one that does not end has lost rollouts.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		r, err := d.Search(ctx, s)
 		if err != nil {
