@@ -97,7 +97,7 @@ type worker struct {
 	agg       *riutils.Aggregator
 	rng       *rand.Rand
 	arena     arena
-	simMu     sync.Mutex
+	simMu     spinMutex
 	sims      []simRequest
 	todo      []action
 	dirty     []*node

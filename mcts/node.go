@@ -3,7 +3,6 @@ package mcts
 import (
 	"math"
 	"math/rand/v2"
-	"sync"
 )
 
 // ref names a node: the thread that owns it and its index in that thread's
@@ -60,7 +59,7 @@ func (n *node) addWins(i int, wins, playouts uint32) {
 // node is one tree node. Its state is never changed after creation; the rest
 // is guarded by mu (only the owner's process touches it).
 type node struct {
-	mu         sync.Mutex
+	mu         spinMutex
 	state      State
 	parent     ref
 	parentSlot uint32
