@@ -80,12 +80,14 @@ type phase struct {
 	completed atomic.Int64
 	begun     time.Time
 	reply     chan Result
+	given     *atomic.Bool // the Search gave up (its context ended)
 }
 
 type request struct {
 	state State
 	limit time.Duration // the phase's time limit; 0: Budget alone
 	reply chan Result
+	given *atomic.Bool // set when the Search gives up
 	stop  bool
 }
 
@@ -212,7 +214,8 @@ func (d *Distributed) Err() error {
 // Search runs one phase from state on rank 0: cfg.Budget rollouts started
 // by the threads of rank 0 (where the root lives) and backpropagated to the
 // root, or fewer when cfg.MoveTime runs out first, and returns the most
-// visited child.
+// visited child. When ctx ends first, Search returns its error and the phase
+// ends without waiting for the rollouts under way.
 func (d *Distributed) Search(ctx context.Context, state State) (Result, error) {
 	return d.SearchTime(ctx, state, d.cfg.MoveTime)
 }
@@ -230,7 +233,7 @@ func (d *Distributed) SearchTime(ctx context.Context, state State, limit time.Du
 	if state.Winner() >= 0 {
 		return Result{}, ErrGameOver
 	}
-	req := request{state: state.Clone(), limit: limit, reply: make(chan Result, 1)}
+	req := request{state: state.Clone(), limit: limit, reply: make(chan Result, 1), given: new(atomic.Bool)}
 	select {
 	case d.requests <- req:
 	case <-ctx.Done():
@@ -242,6 +245,9 @@ func (d *Distributed) SearchTime(ctx context.Context, state State, limit time.Du
 	case r := <-req.reply:
 		return r, nil
 	case <-ctx.Done():
+		// The phase ends without waiting for its budget, so that the next
+		// Search or Close need not wait for it either.
+		req.given.Store(true)
 		return Result{}, ctx.Err()
 	case <-d.failed:
 		return Result{}, d.Err()
@@ -891,6 +897,14 @@ func (w *worker) wakeJob() {
 func (w *worker) drive(lastProgress *time.Time) int {
 	d := w.d
 	if p := d.phase.Load(); p != nil {
+		if p.given.Load() {
+			// Nobody waits for the result: end the phase now. Rollouts
+			// under way belong to its epoch, and every thread drops the
+			// calls of an epoch that is over.
+			p.budget.Store(0)
+			d.phase.Store(nil)
+			return 1
+		}
 		done := p.completed.Load()
 		if !p.timedOut && !p.deadline.IsZero() && done > 0 && time.Now().After(p.deadline) {
 			// Out of time: start no more rollouts and end once those under
@@ -928,7 +942,7 @@ func (w *worker) drive(lastProgress *time.Time) int {
 		root := newNode(req.state, ref{}, 0, true, w.rng)
 		root.epoch = epoch
 		at, _ := w.add(uint32(w.id), epoch, root)
-		p := &phase{epoch: epoch, inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply}
+		p := &phase{epoch: epoch, inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply, given: req.given}
 		p.budget.Store(int64(d.cfg.Budget))
 		if req.limit > 0 {
 			p.deadline = p.begun.Add(req.limit)

@@ -49,6 +49,11 @@
 // new child's owner (create), which tells the parent where the child lives
 // (created). Rollouts that select a child whose notice is still on its way
 // wait in the parent (deferred selection) and continue when it arrives.
+// A thread makes up to 16 selections at a node under one hold of its
+// mutex, and the rollouts among them that chose one created child go on to
+// it as one descend with their count; threads start rollouts four at a
+// time. Every rollout passes the root: taking its lock once per rollout
+// kept 16 threads waiting for it (docs/benchmarks.md, "16 cores").
 // Every new leaf is queued for evaluation at a random worker thread of its
 // owner's process (threads with empty queues take from their neighbours';
 // a thread with nothing to do during a search asks a thread of another
@@ -64,7 +69,9 @@
 //
 // Every call carries the phase's epoch: calls left over from an earlier move
 // are dropped, and a thread's nodes are discarded when it first sees a newer
-// epoch. Handlers only decode and queue; the worker loop does the work and
+// epoch. So a Search whose context ends gives its phase up at once, its
+// rollouts under way dropped where they arrive, and the next Search or
+// Close does not wait for the budget. Handlers only decode and queue; the worker loop does the work and
 // sends, so no handler ever waits for a full messenger.
 //
 // Calls go through one Aggregator per thread, in Config.Mode (trad or ovfl),

@@ -2,6 +2,7 @@ package mcts_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -359,4 +360,38 @@ func TestMoveTime(t *testing.T) {
 			mcts.Audit(d, t)
 		})
 	})
+}
+
+// TestSearchCancel: a Search whose context ends gives its phase up at
+// once, so that neither the next Search nor Close waits for a budget that
+// nobody wants any more (here one that would take hours), and the next
+// phase runs whole.
+func TestSearchCancel(t *testing.T) {
+	s := hexPosition(t, 5, nil, nil, 0)
+	cfg := mcts.DefaultConfig()
+	cfg.Budget, cfg.Seed = 1<<30, 5
+	stats := distributedJob(t, 2, 1, cfg, func(d *mcts.Distributed) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := d.Search(ctx, s)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a search past its context's deadline: %v, want %v", err, context.DeadlineExceeded)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := d.SearchTime(ctx, s, 20*time.Millisecond)
+		if err != nil {
+			t.Fatalf("the search after a cancelled one: %v", err)
+		}
+		if r.Rollouts < 1 || r.Move < 0 {
+			t.Fatalf("the search after a cancelled one: %d rollouts, move %d", r.Rollouts, r.Move)
+		}
+		mcts.Audit(d, t)
+	})
+	if stats == nil && !t.Failed() {
+		return // another rank
+	}
+	if len(stats) != 2 {
+		t.Fatalf("Close after a cancelled search: %d thread statistics, want 2", len(stats))
+	}
 }
