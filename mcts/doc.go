@@ -53,7 +53,7 @@
 // mutex, and the rollouts among them that chose one created child go on to
 // it as one descend with their count; threads start rollouts four at a
 // time. Every rollout passes the root: taking its lock once per rollout
-// kept 16 threads waiting for it (docs/benchmarks.md, "16 cores").
+// kept 16 threads waiting for it (docs/benchmarks.md, "MCTS on 16 cores").
 // Every new leaf is queued for evaluation at a random worker thread of its
 // owner's process (threads with empty queues take from their neighbours';
 // a thread with nothing to do during a search asks a thread of another
