@@ -80,15 +80,15 @@ type phase struct {
 	completed atomic.Int64
 	begun     time.Time
 	reply     chan Result
-	given     *atomic.Bool // the Search gave up (its context ended)
+	abandoned *atomic.Bool // the Search gave up (its context ended)
 }
 
 type request struct {
-	state State
-	limit time.Duration // the phase's time limit; 0: Budget alone
-	reply chan Result
-	given *atomic.Bool // set when the Search gives up
-	stop  bool
+	state     State
+	limit     time.Duration // the phase's time limit; 0: Budget alone
+	reply     chan Result
+	abandoned *atomic.Bool // set when the Search gives up
+	stop      bool
 }
 
 // worker is one worker thread's side of the search.
@@ -234,7 +234,7 @@ func (d *Distributed) SearchTime(ctx context.Context, state State, limit time.Du
 	if state.Winner() >= 0 {
 		return Result{}, ErrGameOver
 	}
-	req := request{state: state.Clone(), limit: limit, reply: make(chan Result, 1), given: new(atomic.Bool)}
+	req := request{state: state.Clone(), limit: limit, reply: make(chan Result, 1), abandoned: new(atomic.Bool)}
 	select {
 	case d.requests <- req:
 	case <-ctx.Done():
@@ -248,7 +248,7 @@ func (d *Distributed) SearchTime(ctx context.Context, state State, limit time.Du
 	case <-ctx.Done():
 		// The phase ends without waiting for its budget, so that the next
 		// Search or Close need not wait for it either.
-		req.given.Store(true)
+		req.abandoned.Store(true)
 		return Result{}, ctx.Err()
 	case <-d.failed:
 		return Result{}, d.Err()
@@ -908,7 +908,7 @@ func (w *worker) wakeJob() {
 func (w *worker) drive(lastProgress *time.Time) int {
 	d := w.d
 	if p := d.phase.Load(); p != nil {
-		if p.given.Load() {
+		if p.abandoned.Load() {
 			// Nobody waits for the result: end the phase now. Rollouts
 			// under way belong to its epoch, and every thread drops the
 			// calls of an epoch that is over.
@@ -953,7 +953,7 @@ func (w *worker) drive(lastProgress *time.Time) int {
 		root := newNode(req.state, ref{}, 0, true, w.rng)
 		root.epoch = epoch
 		at, _ := w.add(uint32(w.id), epoch, root)
-		p := &phase{epoch: epoch, inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply, given: req.given}
+		p := &phase{epoch: epoch, inFlight: int64(d.cfg.InFlight), root: at, begun: time.Now(), reply: req.reply, abandoned: req.abandoned}
 		p.budget.Store(int64(d.cfg.Budget))
 		if req.limit > 0 {
 			p.deadline = p.begun.Add(req.limit)

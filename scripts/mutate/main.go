@@ -185,7 +185,7 @@ var mutations = []mutation{
 		Old: "descendCall(p.epoch, p.root.idx, uint32(k))", New: "descendCall(p.epoch, p.root.idx, 1)"},
 	{Name: "mcts-search-cancel", Focus: "TestSearchCancel", Rule: "a Search whose context ends gives its phase up at once",
 		File: "mcts/distributed.go", Pkg: "./mcts",
-		Old: "\t\tif p.given.Load() {", New: "\t\tif false && p.given.Load() {"},
+		Old: "\t\tif p.abandoned.Load() {", New: "\t\tif false && p.abandoned.Load() {"},
 	{Name: "mcts-arena-epoch", Focus: "TestArenaLockFreeLookups", Rule: "a lookup of a finished phase finds no node (lock-free arena)",
 		File: "mcts/arena.go", Pkg: "./mcts",
 		Old: "	if g.epoch != e { // a stale call: its phase is over\n", New: "	if false {\n"},
