@@ -1,7 +1,6 @@
 package mcts
 
 import (
-	"sync"
 	"sync/atomic"
 )
 
@@ -15,7 +14,7 @@ import (
 // one atomic store after it is complete, and a lookup of a slot not yet
 // published (or of an older epoch) finds nil, as a stale call should.
 type arena struct {
-	mu  sync.Mutex
+	mu  spinMutex
 	cur atomic.Pointer[arenaEpoch]
 }
 
