@@ -226,6 +226,25 @@ type span struct {
 	start, n int
 }
 
+// TestZoneMemoryIsZero: what the zone hands out is zero, from the bump
+// pointer and from dedicated regions (riutils clears only the chunks it
+// recycles and relies on this).
+func TestZoneMemoryIsZero(t *testing.T) {
+	_, z := newZone(t, 1<<20, 64<<10)
+	for _, size := range []int{64 << 10, 3 * 64 << 10, 1 << 20, 3 << 20} {
+		m, err := z.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range m.Bytes() {
+			if c != 0 {
+				t.Fatalf("%d-byte allocation: byte %d is %#x", size, i, c)
+			}
+		}
+		clear(m.Bytes()[:1]) // and it is writable
+	}
+}
+
 func TestZoneConcurrentNoOverlap(t *testing.T) {
 	_, z := newZone(t, 16<<20, 64<<10)
 	const workers, per = 8, 200

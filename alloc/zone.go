@@ -47,7 +47,9 @@ func (c ZoneConfig) VerifyConfig() error {
 // ZoneAllocator is the paper's RDMAAllocator: one per NUMA zone, it maps
 // superchunks lazily and hands out runs of chunks with a lock-free bump
 // pointer. Chunks are never returned to it; the allocators built on top
-// (Circular, LinearCircular, General) recycle them. Safe for concurrent use.
+// (Circular, LinearCircular, General) recycle them. Memory it hands out is
+// zero (every superchunk is a new memfd), so a user that needs zeroed
+// memory clears only what it recycles. Safe for concurrent use.
 type ZoneAllocator struct {
 	cfg        ZoneConfig
 	reg        *Registry
