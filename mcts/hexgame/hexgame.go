@@ -6,6 +6,7 @@ package hexgame
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/seriema-go/seriema/hex"
 	"github.com/seriema-go/seriema/mcts"
@@ -56,7 +57,9 @@ func (s *State) Play(m mcts.Move) error {
 }
 func (s *State) Moves(dst []mcts.Move) []mcts.Move {
 	var buf [hex.MaxSize * hex.MaxSize]hex.Cell
-	for _, c := range s.Board.Moves(buf[:0]) {
+	cells := s.Board.Moves(buf[:0])
+	dst = slices.Grow(dst, len(cells)) // one allocation, not a doubling series
+	for _, c := range cells {
 		dst = append(dst, mcts.Move(c))
 	}
 	return dst
