@@ -49,8 +49,9 @@ func TestSpinMutexSleepingWaiter(t *testing.T) {
 	got := make(chan time.Time)
 	go func() {
 		m.Lock()
-		got <- time.Now()
+		at := time.Now()
 		m.Unlock()
+		got <- at
 	}()
 	time.Sleep(20 * time.Millisecond)
 	released := time.Now()
