@@ -54,8 +54,8 @@
 // it as one descend with their count; threads start rollouts four at a
 // time. Every rollout passes the root: taking its lock once per rollout
 // kept 16 threads waiting for it (docs/benchmarks.md, "MCTS on 16 cores").
-// Every new leaf is queued for evaluation at a random worker thread of its
-// owner's process (threads with empty queues take from their neighbours';
+// Every new leaf is queued for evaluation on its node's thread (threads
+// with empty queues take from their neighbours';
 // a thread with nothing to do during a search asks a thread of another
 // process for half of its process's queued leaves, steal/eval/gave, unless
 // Config.NoSteal); its result climbs the tree by calls (backprop) to its
@@ -65,7 +65,11 @@
 // later, so concurrent rollouts spread out; they do not count as losses
 // (a child on a process that answers late would look lost and be starved).
 // Threads idle between searches sleep on their process's doorbell, which a
-// send-based wake call from rank 0 rings when a phase begins.
+// send-based wake call from rank 0 rings when a phase begins. Node and
+// queue locks are held for well under a microsecond by threads that own
+// their cores, so a waiter polls, then yields the core, then sleeps in
+// growing steps; it never parks in a sync.Mutex, whose starvation mode
+// made every unlock hand the processor away (lock.go).
 //
 // Every call carries the phase's epoch: calls left over from an earlier move
 // are dropped, and a thread's nodes are discarded when it first sees a newer
