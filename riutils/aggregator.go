@@ -197,10 +197,29 @@ func (a *Aggregator) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []by
 
 // CallBuffer is Call with a buffer side by side.
 func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
-	if a.cfg.Mode == Ovfl {
-		return a.ovfl(dst, h, args, buf)
-	}
 	d := a.dst(dst)
+	if a.cfg.Mode == Ovfl {
+		if d.queued == 0 && a.m.keeper == nil {
+			// Ovfl's common case is write's path (Messengers.CallBuffer),
+			// with no call frame more than write has: each frame's spills
+			// are stores queued behind the record's stores into the
+			// receiver's lines, and with two more frames a sender in step
+			// with its receiver stalled at the first of them (40 % of its
+			// profile) and stayed in step.
+			if err := a.m.checkSize(len(args) + len(buf)); err != nil {
+				return err
+			}
+			s, err := a.m.sender(dst)
+			if err != nil {
+				return err
+			}
+			if ok, err := a.m.callTo(s, h, args, buf, Fail); ok || err != nil {
+				return err
+			}
+			return a.overflow(dst, d, h, args, buf)
+		}
+		return a.ovfl(dst, d, h, args, buf)
+	}
 	in := d.cost(h, len(args), len(buf))
 	if in > a.cfg.FlushSize {
 		// Too big to batch: flush what is batched (order), send it alone.
@@ -276,8 +295,7 @@ func (a *Aggregator) sealBatch(d *aggDst) int {
 }
 
 // ovfl sends straight through, keeping calls locally while it cannot.
-func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
-	d := a.dst(dst)
+func (a *Aggregator) ovfl(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID, args, buf []byte) error {
 	if d.queued != 0 && !a.stuck(dst, d) {
 		if err := a.drain(dst, d, Fail); err != nil {
 			return err
@@ -289,6 +307,12 @@ func (a *Aggregator) ovfl(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf
 			return err
 		}
 	}
+	return a.overflow(dst, d, h, args, buf)
+}
+
+// overflow keeps a call that found dst's messenger full (or calls kept
+// before it).
+func (a *Aggregator) overflow(dst dsfabric.ThreadID, d *aggDst, h dsfabric.HandlerID, args, buf []byte) error {
 	atBound, err := a.keep(dst, d, h, args, buf)
 	if atBound && a.m.p.cfg.Policy == Retry {
 		// Wait for room as a full messenger does under Retry: send what
