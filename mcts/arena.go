@@ -14,8 +14,9 @@ import (
 // one atomic store after it is complete, and a lookup of a slot not yet
 // published (or of an older epoch) finds nil, as a stale call should.
 type arena struct {
-	mu  spinMutex
-	cur atomic.Pointer[arenaEpoch]
+	mu   spinMutex
+	solo soloLocks // a process of one worker thread: nobody to exclude
+	cur  atomic.Pointer[arenaEpoch]
 }
 
 // arenaEpoch is one epoch's nodes: a directory of fixed chunks. Growing
@@ -53,8 +54,8 @@ func (ar *arena) get(e, idx uint32) *node {
 // begin makes e the arena's epoch unless it already has e or a newer one,
 // and returns the epoch it has.
 func (ar *arena) begin(e uint32) *arenaEpoch {
-	ar.mu.Lock()
-	defer ar.mu.Unlock()
+	ar.solo.lock(&ar.mu)
+	defer ar.solo.unlock(&ar.mu)
 	return ar.beginLocked(e)
 }
 
@@ -71,8 +72,8 @@ func (ar *arena) beginLocked(e uint32) *arenaEpoch {
 // add puts n into epoch e and returns its index; false if the arena has
 // moved on to a newer epoch (n belongs to a finished phase).
 func (ar *arena) add(e uint32, n *node) (uint32, bool) {
-	ar.mu.Lock()
-	defer ar.mu.Unlock()
+	ar.solo.lock(&ar.mu)
+	defer ar.solo.unlock(&ar.mu)
 	g := ar.beginLocked(e)
 	if g.epoch != e {
 		return 0, false

@@ -53,6 +53,7 @@ type Distributed struct {
 	ids     [numKinds]dsfabric.HandlerID
 	wakeID  dsfabric.HandlerID // mcts.wake: a send-based call that only rings a process's doorbell
 	threads int                // per process
+	solo    soloLocks          // one worker thread per process: node, queue and arena locks are skipped
 	all     int                // in the job
 	base    dsfabric.ThreadID
 	workers []*worker
@@ -175,10 +176,12 @@ func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Dis
 	if d.cfg.Seed == 0 {
 		d.cfg.Seed = uint64(time.Now().UnixNano())
 	}
+	d.solo = d.threads == 1
 	d.workers = make([]*worker, d.threads)
 	for i := range d.workers {
 		id := d.base + dsfabric.ThreadID(i)
 		d.workers[i] = &worker{d: d, id: id, rng: rand.New(rand.NewPCG(seedOf(d.cfg.Seed, uint64(id)), 2))}
+		d.workers[i].arena.solo = d.solo
 	}
 	if f.Rank() == 0 {
 		d.workers[0].closing = make(chan []Stats, 1)
@@ -529,7 +532,7 @@ func (w *worker) descend(a *action) {
 	for count > 0 {
 		ps.n = 0
 		sims := 0
-		n.mu.Lock()
+		w.d.solo.lock(&n.mu)
 		for ; count > 0 && ps.n < descendBatch; count-- {
 			if n.winner >= 0 {
 				sims++
@@ -547,7 +550,7 @@ func (w *worker) descend(a *action) {
 				s.deferred++
 			}
 		}
-		n.mu.Unlock()
+		w.d.solo.unlock(&n.mu)
 		for ; sims > 0; sims-- {
 			w.queueSim(n, e)
 		}
@@ -636,16 +639,16 @@ func (w *worker) created(a *action) {
 	if n == nil {
 		return
 	}
-	n.mu.Lock()
+	w.d.solo.lock(&n.mu)
 	if int(slot) >= len(n.slots) {
-		n.mu.Unlock()
+		w.d.solo.unlock(&n.mu)
 		return
 	}
 	s := &n.slots[slot]
 	s.child, s.created = child, true
 	k := s.deferred
 	s.deferred = 0
-	n.mu.Unlock()
+	w.d.solo.unlock(&n.mu)
 	if k > 0 {
 		w.send(dsfabric.ThreadID(child.owner), descendCall(e, child.idx, k))
 	}
@@ -661,14 +664,14 @@ func (w *worker) backprop(a *action) {
 	if n == nil {
 		return
 	}
-	n.mu.Lock()
+	w.d.solo.lock(&n.mu)
 	if int(slot) >= len(n.slots) || wins > cnt {
-		n.mu.Unlock()
+		w.d.solo.unlock(&n.mu)
 		return
 	}
 	n.addWins(int(slot), wins, cnt)
 	if n.root {
-		n.mu.Unlock()
+		w.d.solo.unlock(&n.mu)
 		if p := w.d.phase.Load(); p != nil && p.epoch == e {
 			p.completed.Add(int64(rollouts))
 		}
@@ -681,7 +684,7 @@ func (w *worker) backprop(a *action) {
 		n.dirty = true
 		w.dirty = append(w.dirty, n)
 	}
-	n.mu.Unlock()
+	w.d.solo.unlock(&n.mu)
 }
 
 // stopCall ends the search on this thread: it reports its statistics to
@@ -758,7 +761,7 @@ func (w *worker) giveLeaves(a *action) bool {
 	gave := uint32(0)
 	for i := 0; i < len(d.workers) && int(gave) < give; i++ {
 		o := d.workers[(int(w.id-d.base)+i)%len(d.workers)]
-		o.simMu.Lock()
+		w.d.solo.lock(&o.simMu)
 		for k := len(o.sims) - 1; k >= 0 && int(gave) < give; k-- {
 			r := o.sims[k]
 			if r.n.winner >= 0 || r.n.stolen {
@@ -766,13 +769,13 @@ func (w *worker) giveLeaves(a *action) bool {
 			}
 			o.sims = append(o.sims[:k], o.sims[k+1:]...)
 			o.queued.Store(int32(len(o.sims)))
-			o.simMu.Unlock()
+			w.d.solo.unlock(&o.simMu)
 			w.send(thief, evalCall(r.epoch, r.n.parent, r.n.parentSlot, r.n.state))
 			gave++
-			o.simMu.Lock()
+			w.d.solo.lock(&o.simMu)
 			k = min(k, len(o.sims))
 		}
-		o.simMu.Unlock()
+		w.d.solo.unlock(&o.simMu)
 	}
 	w.send(thief, gaveCall(a.epoch(), gave))
 	return gave > 0
@@ -793,10 +796,10 @@ func (w *worker) takeLeaf(a *action) {
 
 // pushSim queues a leaf for evaluation on w's thread.
 func (w *worker) pushSim(r simRequest) {
-	w.simMu.Lock()
+	w.d.solo.lock(&w.simMu)
 	w.sims = append(w.sims, r)
 	w.queued.Store(int32(len(w.sims)))
-	w.simMu.Unlock()
+	w.d.solo.unlock(&w.simMu)
 }
 
 // popSim takes the oldest leaf queued on w's thread. An empty queue is
@@ -807,8 +810,8 @@ func (w *worker) popSim() (simRequest, bool) {
 	if w.queued.Load() == 0 {
 		return simRequest{}, false
 	}
-	w.simMu.Lock()
-	defer w.simMu.Unlock()
+	w.d.solo.lock(&w.simMu)
+	defer w.d.solo.unlock(&w.simMu)
 	if len(w.sims) == 0 {
 		return simRequest{}, false
 	}
@@ -857,10 +860,10 @@ func (w *worker) simulate() bool {
 // flushDirty sends each node's combined results on to its parent.
 func (w *worker) flushDirty() {
 	for i, n := range w.dirty {
-		n.mu.Lock()
+		w.d.solo.lock(&n.mu)
 		wins, cnt, r := n.upWins, n.upN, n.upRollouts
 		n.upWins, n.upN, n.upRollouts, n.dirty = 0, 0, 0, false
-		n.mu.Unlock()
+		w.d.solo.unlock(&n.mu)
 		w.dirty[i] = nil
 		w.send(dsfabric.ThreadID(n.parent.owner), backpropCall(n.epoch, n.parent.idx, n.parentSlot, wins, cnt, r))
 	}
@@ -931,9 +934,9 @@ func (w *worker) drive(lastProgress *time.Time) int {
 		}
 		if !p.timedOut && done >= p.budget.Load() || p.timedOut && done >= p.started.Load() {
 			root := w.lookup(p.root, p.epoch)
-			root.mu.Lock()
+			w.d.solo.lock(&root.mu)
 			r := root.result(int(done), d.cfg.Playouts)
-			root.mu.Unlock()
+			w.d.solo.unlock(&root.mu)
 			r.Elapsed = time.Since(p.begun)
 			d.phase.Store(nil)
 			p.reply <- r

@@ -69,7 +69,8 @@
 // queue locks are held for well under a microsecond by threads that own
 // their cores, so a waiter polls, then yields the core, then sleeps in
 // growing steps; it never parks in a sync.Mutex, whose starvation mode
-// made every unlock hand the processor away (lock.go).
+// made every unlock hand the processor away (lock.go). A process of one
+// worker thread takes none of these locks: nobody else touches its nodes.
 //
 // Every call carries the phase's epoch: calls left over from an earlier move
 // are dropped, and a thread's nodes are discarded when it first sees a newer

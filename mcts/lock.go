@@ -73,3 +73,24 @@ func (m *spinMutex) Unlock() {
 		panic("mcts: unlock of an unlocked spinMutex")
 	}
 }
+
+// soloLocks skips the spinMutexes of a process that has one worker
+// thread (1×1, and each process of 2×1), where nobody could contend for
+// them: that thread alone touches its nodes, leaf queue and arena
+// (handlers only queue; the search's result is read by the root's thread).
+// The two locked instructions of each Lock and Unlock were 4 % of a 1×1
+// search (profile: TryLock's compare-and-swap 0.16 s, Unlock's swap 0.04 s
+// of 5.2 s). The zero value locks.
+type soloLocks bool
+
+func (s soloLocks) lock(m *spinMutex) {
+	if !s {
+		m.Lock()
+	}
+}
+
+func (s soloLocks) unlock(m *spinMutex) {
+	if !s {
+		m.Unlock()
+	}
+}

@@ -81,3 +81,27 @@ func TestSpinMutexUnlockUnlocked(t *testing.T) {
 	var m spinMutex
 	m.Unlock()
 }
+
+// TestSoloLocks: a process of several worker threads takes the locks
+// (soloLocks false, the zero value); one of a single worker thread takes
+// none, and leaves them unlocked for nobody.
+func TestSoloLocks(t *testing.T) {
+	var m spinMutex
+	var shared soloLocks
+	shared.lock(&m)
+	if m.TryLock() {
+		t.Fatal("the zero soloLocks did not take the lock")
+	}
+	shared.unlock(&m)
+	if !m.TryLock() {
+		t.Fatal("the zero soloLocks did not release the lock")
+	}
+	m.Unlock()
+	solo := soloLocks(true)
+	solo.lock(&m)
+	if !m.TryLock() {
+		t.Fatal("a solo process took a lock")
+	}
+	m.Unlock()
+	solo.unlock(&m) // must not panic: it never locked
+}
