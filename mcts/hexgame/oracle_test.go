@@ -2,11 +2,16 @@ package hexgame_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/hex"
+	"github.com/seriema-go/seriema/internal/jobtest"
 	"github.com/seriema-go/seriema/mcts"
 	"github.com/seriema-go/seriema/mcts/hexgame"
 )
@@ -76,12 +81,57 @@ func TestOracle(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the oracle's searches are too slow under -race; make test runs TestOracle without it")
 	}
+	oracle(t, func(i int, s mcts.State) (mcts.Result, error) {
+		cfg := mcts.DefaultConfig()
+		cfg.Seed = uint64(i + 1)
+		return mcts.Sequential(context.Background(), s, cfg)
+	})
+}
+
+// TestOracleDistributed: the same positions and bound for the distributed
+// search of two processes of one worker thread (2×1, the configuration
+// whose rollouts cross processes most), at its defaults: InFlight
+// rollouts under way at once, each seeing the others only as visits, make
+// it less sequential than the search above, and this is the check that it
+// still plays as strong.
+func TestOracleDistributed(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the oracle's searches are too slow under -race; make test runs TestOracle* without it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg := mcts.DefaultConfig()
+	cfg.Seed = 1
+	d, err := mcts.Start(ctx, hexgame.Game{}, cfg, dsfabric.Config{
+		Procs: 2, ThreadsPerProcess: 1, Args: jobtest.RunArgs(t),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Rank() != 0 {
+		if err := d.Serve(ctx); err != nil {
+			t.Error(err)
+		}
+		if _, err := d.Close(); err != nil {
+			t.Error(err)
+		}
+		return
+	}
+	oracle(t, func(i int, s mcts.State) (mcts.Result, error) { return d.Search(ctx, s) })
+	if _, err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// oracle runs search on each solved position and fails below 95 % of
+// winning moves chosen, logging every miss with the root's children.
+func oracle(t *testing.T, search func(i int, s mcts.State) (mcts.Result, error)) {
+	t.Helper()
 	positions := oraclePositions(t, 48)
 	hits := 0
 	for i, p := range positions {
-		cfg := mcts.DefaultConfig()
-		cfg.Seed = uint64(i + 1)
-		res, err := mcts.Sequential(context.Background(), &hexgame.State{Board: p.board}, cfg)
+		res, err := search(i, &hexgame.State{Board: p.board})
 		if err != nil {
 			t.Fatal(err)
 		}
