@@ -205,7 +205,10 @@ func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, arg
 			// are stores queued behind the record's stores into the
 			// receiver's lines, and with two more frames a sender in step
 			// with its receiver stalled at the first of them (40 % of its
-			// profile) and stayed in step.
+			// profile) and stayed in step. Calling Messengers.call here
+			// instead (own inlined away) was one frame more and measured
+			// worse: ovfl / write 0.71–1.01 against 0.97–1.04, six
+			// interleaved rounds.
 			if err := a.m.checkSize(len(args) + len(buf)); err != nil {
 				return err
 			}
