@@ -62,9 +62,12 @@ type Config struct {
 	BufferBytes int
 	// Depth is the number of buffers in flight per connection (sent, not
 	// yet released by the receiver); a sender with none left blocks in
-	// Acquire or PutData (back-pressure, no spill). Default 32 (512 KiB
-	// per connection at the default buffer size: 2 processes repartitioned
-	// at 1.5 GB/s each with it, 1.0–1.2 with 8); 1…4096.
+	// Acquire or PutData (back-pressure, no spill); 1…4096. Default:
+	// DefaultWindowBytes / BufferBytes, at least 2 (128 at the default
+	// buffer size). Memory grows with it: a receiver registers Depth
+	// buffers per source (twice that for RD and SR), a sender about Depth
+	// per destination, so a job of many endpoints per process (ME with
+	// many threads) may want less.
 	Depth int
 	// Adaptive makes a receiver adapt, per source, the window of buffers
 	// the sender may have in flight (at most Depth) to how fast its
@@ -89,6 +92,16 @@ type Config struct {
 	NoMap bool
 }
 
+// DefaultWindowBytes is what a connection may have in flight by default
+// (Config.Depth is this over BufferBytes). It is sized in time, not in
+// buffers: at 2 GB/s, 2 MiB lasts about a millisecond, a scheduling
+// quantum, so that a sender whose receiver lost its core for one keeps
+// sending instead of going to sleep. With 512 KiB (Depth 32 of 16 KiB,
+// the default until 2026-11-27) two processes on two cores switched
+// contexts a third more often and moved 25–35 % less
+// (docs/benchmarks.md, shuffle notes of that day).
+const DefaultWindowBytes = 2 << 20
+
 // initialWindow is where an adaptive window starts.
 const initialWindow = 2
 
@@ -111,7 +124,7 @@ func (c Config) withDefaults() Config {
 		c.BufferBytes = 16 << 10
 	}
 	if c.Depth == 0 {
-		c.Depth = 32
+		c.Depth = max(2, min(DefaultWindowBytes/max(c.BufferBytes, 1), 4096))
 	}
 	return c
 }

@@ -447,6 +447,33 @@ func TestConfigAndOffers(t *testing.T) {
 	}
 }
 
+// TestDefaultDepth: the default depth keeps DefaultWindowBytes in flight
+// per connection whatever the buffer size, within Depth's bounds, and a
+// depth the caller sets stays.
+func TestDefaultDepth(t *testing.T) {
+	for _, c := range []struct {
+		cfg   Config
+		depth int
+	}{
+		{Config{}, DefaultWindowBytes / (16 << 10)},
+		{Config{BufferBytes: 64 << 10}, DefaultWindowBytes / (64 << 10)},
+		{Config{BufferBytes: 16 << 20}, 2},
+		{Config{BufferBytes: 64}, 4096},
+		{Config{BufferBytes: 64 << 10, Depth: 3}, 3},
+	} {
+		got := c.cfg.withDefaults()
+		if got.Depth != c.depth {
+			t.Errorf("%+v: Depth %d, want %d", c.cfg, got.Depth, c.depth)
+		}
+		if err := got.VerifyConfig(); err != nil {
+			t.Errorf("%+v: the default does not verify: %v", c.cfg, err)
+		}
+	}
+	if d := DefaultConfig().Depth; d*DefaultConfig().BufferBytes != DefaultWindowBytes {
+		t.Errorf("default Depth %d × BufferBytes %d is not DefaultWindowBytes", d, DefaultConfig().BufferBytes)
+	}
+}
+
 // TestManyHeldBuffers: threads sharing one endpoint hold an output buffer
 // per group each, more than the pool's Depth per destination; the sender
 // grows its pool instead of waiting for buffers that will not come back.
