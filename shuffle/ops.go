@@ -139,10 +139,22 @@ func (r *Receiver) NewReceive() *Receive { return &Receive{r: r} }
 // Next returns the next record, valid until the next call; io.EOF once
 // every source is depleted.
 func (rc *Receive) Next(ctx context.Context) ([]byte, error) {
+	if rec, rest, ok := nextRecord(rc.rest); ok {
+		rc.rest = rest
+		return rec, nil
+	}
+	return rc.next(ctx)
+}
+
+// next is Next past the buffer in hand: it reports a malformed record, or
+// takes buffers until one holds a record and returns that. rc.rest is empty
+// whenever no buffer is in hand.
+func (rc *Receive) next(ctx context.Context) ([]byte, error) {
 	for {
-		if rc.have && len(rc.rest) > 0 {
-			rec, rest, err := nextRecord(rc.rest)
-			if err != nil {
+		if len(rc.rest) > 0 {
+			rec, rest, ok := nextRecord(rc.rest)
+			if !ok {
+				err := badRecord(rc.rest)
 				rc.release()
 				return nil, err
 			}
@@ -154,21 +166,29 @@ func (rc *Receive) Next(ctx context.Context) ([]byte, error) {
 		}
 		in, err := rc.r.GetData(ctx)
 		if err != nil {
-			if err == io.EOF {
-				return nil, io.EOF
-			}
-			return nil, err
+			return nil, err // io.EOF once every source is depleted
 		}
 		rc.cur, rc.have, rc.rest = in, true, in.Data
 	}
 }
 
 // Each calls fn on every record until every source is depleted (then it
-// returns nil), fn returns an error, or one occurs; it closes rc.
+// returns nil), fn returns an error, or one occurs; it closes rc. It walks
+// a buffer's records in one loop: per record, the split (inlined) and fn.
 func (rc *Receive) Each(ctx context.Context, fn func(rec []byte) error) error {
 	defer rc.Close()
 	for {
-		rec, err := rc.Next(ctx)
+		for len(rc.rest) > 0 {
+			rec, rest, ok := nextRecord(rc.rest)
+			if !ok {
+				break // next reports it
+			}
+			rc.rest = rest
+			if err := fn(rec); err != nil {
+				return err
+			}
+		}
+		rec, err := rc.next(ctx)
 		if err == io.EOF {
 			return nil
 		}
@@ -186,7 +206,7 @@ func (rc *Receive) release() error {
 	if !rc.have {
 		return nil
 	}
-	rc.have = false
+	rc.have, rc.rest = false, nil
 	return rc.r.Release(rc.cur)
 }
 

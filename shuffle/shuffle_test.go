@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -641,6 +642,64 @@ func TestSRForgedSource(t *testing.T) {
 	if _, err := j.receivers[1][0].GetData(testCtx(t)); !errors.Is(err, ErrBadBuffer) {
 		t.Fatalf("a buffer naming another process's source: %v, want ErrBadBuffer", err)
 	}
+}
+
+// TestMalformedRecords: a buffer whose records do not parse (a sender
+// that wrote its buffer by hand) fails Next with ErrBadBuffer after the
+// records before the damage, and the stream goes on with the next buffer;
+// Each stops with the error.
+func TestMalformedRecords(t *testing.T) {
+	send := func(t *testing.T, j *job) {
+		ctx := testCtx(t)
+		s := j.senders[0][0]
+		for _, data := range [][]byte{{1, 0, 0, 0, 'a', 9, 0, 0, 0, 'x'}, {1, 0, 0, 0, 'b'}} {
+			b, err := s.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Data = append(b.Data, data...)
+			if err := s.PutData(ctx, b, []int{0}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go s.Close(ctx)
+	}
+	t.Run("Next", func(t *testing.T) {
+		j := newJob(t, transports[0].make, 1, 1, 1, Config{BufferBytes: 256, Depth: 4})
+		send(t, j)
+		rc := j.receivers[0][0].NewReceive()
+		ctx := testCtx(t)
+		var got []string
+		for {
+			rec, err := rc.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			if errors.Is(err, ErrBadBuffer) {
+				got = append(got, "bad")
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(rec))
+		}
+		if strings.Join(got, ",") != "a,bad,b" {
+			t.Errorf("records %q, want a, the error, b", got)
+		}
+	})
+	t.Run("Each", func(t *testing.T) {
+		j := newJob(t, transports[0].make, 1, 1, 1, Config{BufferBytes: 256, Depth: 4})
+		send(t, j)
+		var got []string
+		err := j.receivers[0][0].NewReceive().Each(testCtx(t), func(rec []byte) error {
+			got = append(got, string(rec))
+			return nil
+		})
+		if !errors.Is(err, ErrBadBuffer) || strings.Join(got, ",") != "a" {
+			t.Errorf("Each: %v after %q, want ErrBadBuffer after a", err, got)
+		}
+	})
 }
 
 // TestSRLastCredits: SR batches credits, but a buffer released after its

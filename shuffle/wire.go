@@ -145,16 +145,25 @@ func appendRecord(buf []byte, rec []byte, max int) ([]byte, bool) {
 	return append(buf, rec...), true
 }
 
-// nextRecord splits the record at the front of b off the rest.
-func nextRecord(b []byte) (rec, rest []byte, err error) {
+// nextRecord splits the record at the front of b off the rest; false when
+// b does not start with a whole record (badRecord says why). It is small
+// enough to inline: a receiver calls it once per record.
+func nextRecord(b []byte) (rec, rest []byte, ok bool) {
+	if len(b) >= recordHeader {
+		n := uint64(binary.LittleEndian.Uint32(b))
+		if r := b[recordHeader:]; n <= uint64(len(r)) {
+			return r[:n], r[n:], true
+		}
+	}
+	return nil, nil, false
+}
+
+// badRecord says what is wrong with b, which nextRecord could not split.
+func badRecord(b []byte) error {
 	if len(b) < recordHeader {
-		return nil, nil, fmt.Errorf("%w: %d trailing bytes", ErrBadBuffer, len(b))
+		return fmt.Errorf("%w: %d trailing bytes", ErrBadBuffer, len(b))
 	}
-	n := binary.LittleEndian.Uint32(b)
-	if uint64(n) > uint64(len(b)-recordHeader) {
-		return nil, nil, fmt.Errorf("%w: a %d-byte record in %d bytes", ErrBadBuffer, n, len(b)-recordHeader)
-	}
-	return b[recordHeader : recordHeader+n], b[recordHeader+n:], nil
+	return fmt.Errorf("%w: a %d-byte record in %d bytes", ErrBadBuffer, binary.LittleEndian.Uint32(b), len(b)-recordHeader)
 }
 
 // wireMsg is a message of Wiring.Connect between two processes (JSON, a

@@ -46,9 +46,9 @@ func FuzzRecords(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var again []byte
 		for rest := b; len(rest) > 0; {
-			rec, r, err := nextRecord(rest)
-			if err != nil {
-				if !errors.Is(err, ErrBadBuffer) {
+			rec, r, ok := nextRecord(rest)
+			if !ok {
+				if err := badRecord(rest); !errors.Is(err, ErrBadBuffer) {
 					t.Fatal(err)
 				}
 				return
