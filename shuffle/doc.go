@@ -56,7 +56,11 @@
 //
 // # Windows: fixed or adaptive (seed 004 §6)
 //
-// By default the window is Config.Depth. With Config.Adaptive the receiver
+// By default the window is Config.Depth, which defaults to
+// DefaultWindowBytes (2 MiB) of buffers per connection: about a
+// millisecond of data at the rates of one machine, so that a receiver that
+// loses its core for a scheduling quantum does not put its sender to
+// sleep. With Config.Adaptive the receiver
 // moves each source's window between 1 and Depth with its consumers'
 // pace: it doubles when a consumer waited for a buffer the window held
 // back (the sender marks buffers it had to wait credit for), and over an
