@@ -649,8 +649,13 @@ func TestSRForgedSource(t *testing.T) {
 // records before the damage, and the stream goes on with the next buffer;
 // Each stops with the error.
 func TestMalformedRecords(t *testing.T) {
-	send := func(t *testing.T, j *job) {
-		ctx := testCtx(t)
+	// send writes the two buffers and closes the sender in the background;
+	// the returned channel gives Close's error once every buffer was
+	// consumed (the test waits for it: a Close still running after the
+	// test would touch the job's memory after its cleanup unmapped it).
+	send := func(t *testing.T, j *job) (closed <-chan error, stop func()) {
+		ctx, stop := context.WithCancel(testCtx(t))
+		t.Cleanup(stop)
 		s := j.senders[0][0]
 		for _, data := range [][]byte{{1, 0, 0, 0, 'a', 9, 0, 0, 0, 'x'}, {1, 0, 0, 0, 'b'}} {
 			b, err := s.Acquire(ctx)
@@ -662,11 +667,13 @@ func TestMalformedRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		go s.Close(ctx)
+		c := make(chan error, 1)
+		go func() { c <- s.Close(ctx) }()
+		return c, stop
 	}
 	t.Run("Next", func(t *testing.T) {
 		j := newJob(t, transports[0].make, 1, 1, 1, Config{BufferBytes: 256, Depth: 4})
-		send(t, j)
+		closed, stop := send(t, j)
 		rc := j.receivers[0][0].NewReceive()
 		ctx := testCtx(t)
 		var got []string
@@ -680,24 +687,39 @@ func TestMalformedRecords(t *testing.T) {
 				continue
 			}
 			if err != nil {
-				t.Fatal(err)
+				t.Error(err)
+				break
 			}
 			got = append(got, string(rec))
 		}
 		if strings.Join(got, ",") != "a,bad,b" {
 			t.Errorf("records %q, want a, the error, b", got)
+			stop() // b may be unconsumed: Close would wait for it
+		}
+		if err := <-closed; err != nil && !t.Failed() {
+			t.Errorf("sender's Close: %v", err)
 		}
 	})
 	t.Run("Each", func(t *testing.T) {
 		j := newJob(t, transports[0].make, 1, 1, 1, Config{BufferBytes: 256, Depth: 4})
-		send(t, j)
+		closed, stop := send(t, j)
 		var got []string
-		err := j.receivers[0][0].NewReceive().Each(testCtx(t), func(rec []byte) error {
+		each := func(rec []byte) error {
 			got = append(got, string(rec))
 			return nil
-		})
+		}
+		err := j.receivers[0][0].NewReceive().Each(testCtx(t), each)
 		if !errors.Is(err, ErrBadBuffer) || strings.Join(got, ",") != "a" {
 			t.Errorf("Each: %v after %q, want ErrBadBuffer after a", err, got)
+		}
+		// A new operator takes the stream from the next buffer.
+		if t.Failed() {
+			stop()
+		} else if err := j.receivers[0][0].NewReceive().Each(testCtx(t), each); err != nil || strings.Join(got, ",") != "a,b" {
+			t.Errorf("Each after the damaged buffer: %v, records %q, want a, b", err, got)
+		}
+		if err := <-closed; err != nil && !t.Failed() {
+			t.Errorf("sender's Close: %v", err)
 		}
 	})
 }
