@@ -98,7 +98,8 @@ type Config struct {
 // quantum, so that a sender whose receiver lost its core for one keeps
 // sending instead of going to sleep. With 512 KiB (Depth 32 of 16 KiB,
 // the default until 2026-11-27) two processes on two cores switched
-// contexts a third more often and moved 25–35 % less
+// contexts a fifth to a half more often, and in medians of five
+// interleaved rounds repartitioned 16 % slower and broadcast at half the rate
 // (docs/benchmarks.md, shuffle notes of that day).
 const DefaultWindowBytes = 2 << 20
 
