@@ -85,3 +85,73 @@ func TestMapRemote(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldKeepsMemoryMapped: a Hold keeps the process's memory and the
+// peers' memory mapped past the provider's and the process's Close, so
+// that an endpoint still holding slices of it reads instead of faulting;
+// the last release unmaps it, and no hold is taken after Close.
+func TestHoldKeepsMemoryMapped(t *testing.T) {
+	for _, tr := range transports {
+		if tr.name != "loop" && tr.name != "shm" {
+			continue
+		}
+		t.Run(tr.name, func(t *testing.T) {
+			a, b := connectPair(t, tr.make, nil)
+			theirs := b.buf.Bytes()[64:72]
+			copy(theirs, "peer mem")
+			m, err := MapRemote(a.qp, b.loc(t, 64, 8))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine := a.buf.Bytes()[:8]
+			copy(mine, "own mem!")
+			releaseA, err := a.proc.Hold()
+			if err != nil {
+				t.Fatal(err)
+			}
+			releaseA2, err := a.proc.Hold()
+			if err != nil {
+				t.Fatal(err)
+			}
+			releaseB, err := b.proc.Hold() // over loop, the peer's memory is b's
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.prov.Close()
+			b.prov.Close()
+			for _, p := range []*Process{a.proc, b.proc} {
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if !p.Closed() {
+					t.Error("Closed false after Close")
+				}
+				if _, err := p.Hold(); !errors.Is(err, ErrClosed) {
+					t.Errorf("Hold after Close: %v, want ErrClosed", err)
+				}
+			}
+			if string(mine) != "own mem!" || string(m.Bytes()) != "peer mem" {
+				t.Fatalf("held memory reads %q and %q", mine, m.Bytes())
+			}
+			regions := func(p *Process) (n int64) {
+				for _, st := range p.Registry().Stats() {
+					n += st.Regions
+				}
+				return n
+			}
+			if regions(a.proc) == 0 {
+				t.Fatal("the process's Close unmapped memory a hold kept")
+			}
+			releaseA()
+			releaseA() // only the first counts: the second hold still keeps it
+			if regions(a.proc) == 0 {
+				t.Fatal("a release called twice counted twice")
+			}
+			releaseA2()
+			releaseB()
+			if n := regions(a.proc) + regions(b.proc); n != 0 {
+				t.Errorf("%d regions still mapped after the last release", n)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -103,6 +104,13 @@ type Process struct {
 	running  atomic.Int64
 	closing  atomic.Bool
 	callDone chan struct{}
+
+	// Holds (Hold): the users whose memory must stay mapped past Close,
+	// and what Close left for the last of them to run.
+	holdMu   sync.Mutex
+	holds    int
+	closed   bool
+	deferred []func()
 }
 
 // NewProcess creates the process state and its registry.
@@ -266,10 +274,68 @@ func (p *Process) AwaitRecv(ctx context.Context, hot, d time.Duration, done func
 // receive completion queue (they re-poll and find what they find).
 func (p *Process) WakeRecv() { p.rcq.wake() }
 
-// Close releases the process's registered memory, the receive queues included.
+// Close releases the process's registered memory, the receive queues
+// included. While a Hold is outstanding the memory stays mapped, and the
+// last release unmaps it: endpoints that still hold slices of it (package
+// shuffle's) then fail with an error instead of faulting. Close returns
+// the registry's error when it unmapped the memory itself, nil when it
+// left that to a release.
 func (p *Process) Close() error {
 	p.stopCallEngine()
-	return p.reg.Close()
+	var err error
+	p.afterHolds(func() { err = p.reg.Close() }, true)
+	return err
+}
+
+// Closed reports whether Close has been called: the process's memory is
+// no longer the process's to use (it is still mapped while held).
+func (p *Process) Closed() bool { return p.closing.Load() }
+
+// Hold keeps the process's registered memory mapped until release is
+// called, even past Close (which then leaves the unmapping to the last
+// release). It is for endpoints that keep slices of registered memory
+// across calls: they check Closed on entry, and a call that raced with
+// Close still reads mapped memory. release may be called more than once;
+// only the first counts. Hold fails with ErrClosed once Close has been
+// called.
+func (p *Process) Hold() (release func(), err error) {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("%w: process %d", ErrClosed, p.cfg.Rank)
+	}
+	p.holds++
+	var once sync.Once
+	return func() { once.Do(p.release) }, nil
+}
+
+func (p *Process) release() {
+	p.holdMu.Lock()
+	p.holds--
+	var run []func()
+	if p.holds == 0 {
+		run, p.deferred = p.deferred, nil
+	}
+	p.holdMu.Unlock()
+	for _, fn := range run {
+		fn()
+	}
+}
+
+// afterHolds runs fn now when nothing holds the process, or when the last
+// hold is released; closing marks the process closed (no new holds).
+func (p *Process) afterHolds(fn func(), closing bool) {
+	p.holdMu.Lock()
+	if closing {
+		p.closed = true
+	}
+	if p.holds > 0 {
+		p.deferred = append(p.deferred, fn)
+		p.holdMu.Unlock()
+		return
+	}
+	p.holdMu.Unlock()
+	fn()
 }
 
 // receiveSide is the shared receive queue of a target process, seen from

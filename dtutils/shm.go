@@ -202,7 +202,8 @@ func (p *shmProvider) NewQueuePair() (QueuePair, error) {
 }
 
 // Close closes every queue pair and connection and unmaps the peers'
-// memory. No Post may run concurrently with Close.
+// memory (once the process's holds are released, Process.Hold). No Post
+// may run concurrently with Close.
 func (p *shmProvider) Close() error {
 	if p.closed.Swap(true) {
 		return nil
@@ -221,9 +222,18 @@ func (p *shmProvider) Close() error {
 		c.Close()
 	}
 	p.connMu.Unlock()
+	peers := make([]*shmPeer, 0, len(p.peers))
 	for _, peer := range p.peers {
-		peer.close()
+		peer.detach()
+		peers = append(peers, peer)
 	}
+	// The peers' memory stays mapped while the process is held: endpoints
+	// holding it (package shuffle's RD reads in place) may still read it.
+	p.proc.afterHolds(func() {
+		for _, peer := range peers {
+			peer.unmap()
+		}
+	}, false)
 	p.removeDir()
 	return nil
 }
@@ -444,9 +454,19 @@ func (p *shmPeer) fetch(region uint32, key uint64) (*shmMapping, error) {
 }
 
 func (p *shmPeer) close() {
+	p.detach()
+	p.unmap()
+}
+
+// detach marks the peer gone and closes the connection to it.
+func (p *shmPeer) detach() {
 	p.gone.Store(true)
 	p.last.Store(nil)
 	p.ctl.Close()
+}
+
+// unmap unmaps the peer's memory mapped here.
+func (p *shmPeer) unmap() {
 	p.regions.Range(func(_ uint32, m *shmMapping) bool {
 		alloc.Unmap(m.mem)
 		return true

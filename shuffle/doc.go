@@ -86,6 +86,13 @@
 // consumed. Receive (one per receiving thread) returns records one at a
 // time until every source is depleted (io.EOF).
 //
+// Close the endpoints before their process. If the process (or the job)
+// closes first, the endpoints keep its memory mapped (dtutils.Process.Hold)
+// so that a buffer already handed out stays readable, every call,
+// blocked ones included, returns ErrClosed (or ErrPeerLost when the queue
+// pairs went first), and the endpoint's Close gives the memory back,
+// reporting ErrClosed unless its stream had ended.
+//
 // Records in a buffer are a u32 length and the bytes, back to back.
 // TypedShuffle and TypedReceive move values of any type instead, through a
 // Codec (Append to encode, Decode to check and decode: a record the codec

@@ -190,6 +190,9 @@ func (w *waiter) wait(ctx context.Context, proc *dtutils.Process) (probe bool, e
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	if err := procClosed(proc); err != nil {
+		return false, err
+	}
 	proc.Progress()
 	if w.lastProbe.IsZero() {
 		w.lastProbe = time.Now()
@@ -201,6 +204,16 @@ func (w *waiter) wait(ctx context.Context, proc *dtutils.Process) (probe bool, e
 	return probe, nil
 }
 
+// procClosed is the error of an endpoint whose process was closed under it:
+// its memory stays mapped (the endpoint holds it, Process.Hold), but the
+// queue pairs and the peers' memory are gone.
+func procClosed(proc *dtutils.Process) error {
+	if proc.Closed() {
+		return fmt.Errorf("%w: its process was closed (%w)", ErrClosed, dtutils.ErrClosed)
+	}
+	return nil
+}
+
 // Sender is a SEND endpoint (seed 004, §4.2): it hands out registered
 // buffers (Acquire) and transmits each to one or more receivers (PutData);
 // a receiver's credit (its count of buffers consumed) bounds the buffers
@@ -208,6 +221,8 @@ func (w *waiter) wait(ctx context.Context, proc *dtutils.Process) (probe bool, e
 // (the single-endpoint configuration) or have one each (multi-endpoint).
 type Sender struct {
 	proc     *dtutils.Process
+	release  func() // the hold on proc's memory (Process.Hold)
+	released bool   // Close has given the memory back
 	cfg      Config
 	region   *alloc.Region
 	grown    []*alloc.Region // buffers added when the users held every one
@@ -269,11 +284,16 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 			return nil, err
 		}
 	}
+	release, err := proc.Hold()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	r, err := proc.Registry().NewRegion(nb*cfg.BufferBytes+dests*hdrBytes+credits*creditBytes, alloc.RegionConfig{Name: "shuffle-send"})
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("shuffle: send buffers: %w", err)
 	}
-	s := &Sender{proc: proc, cfg: cfg, region: r, users: users, unopened: users}
+	s := &Sender{proc: proc, release: release, cfg: cfg, region: r, users: users, unopened: users}
 	for i := 0; i < nb; i++ {
 		m, _ := r.Memory(i*cfg.BufferBytes, cfg.BufferBytes)
 		s.bufs = append(s.bufs, m)
@@ -292,6 +312,7 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 		for i := 0; i < credits; i++ {
 			if err := s.postCredit(i); err != nil {
 				proc.Registry().Release(r)
+				release()
 				return nil, err
 			}
 		}
@@ -359,6 +380,9 @@ func (s *Sender) Acquire(ctx context.Context) (*OutBuffer, error) {
 	for {
 		if s.done {
 			return nil, ErrClosed
+		}
+		if err := procClosed(s.proc); err != nil {
+			return nil, err
 		}
 		s.retire()
 		if n := len(s.free); n > 0 {
@@ -465,6 +489,9 @@ func (s *Sender) PutData(ctx context.Context, b *OutBuffer, dests []int, deplete
 	defer s.mu.Unlock()
 	if s.done {
 		return ErrClosed
+	}
+	if err := procClosed(s.proc); err != nil {
+		return err
 	}
 	return s.putLocked(ctx, b, dests, depleted)
 }
@@ -576,18 +603,28 @@ func (s *Sender) closeUser(ctx context.Context) error {
 
 // Close sends Depleted to every destination, if no user has, and waits
 // until the receivers have consumed every buffer; then the memory is
-// released. The queue pairs stay open (they are the caller's).
+// released. The queue pairs stay open (they are the caller's). If the
+// process was closed first, Close only releases the memory and, unless
+// Depleted had been sent, returns ErrClosed: the receivers did not get
+// the end of the stream. Closing again does nothing.
 func (s *Sender) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.released {
+		return nil
+	}
 	var err error
 	if !s.done {
-		err = s.depleteLocked(ctx)
+		if err = procClosed(s.proc); err == nil {
+			err = s.depleteLocked(ctx)
+		}
 	}
 	s.proc.Registry().Release(s.region)
 	for _, r := range s.grown {
 		s.proc.Registry().Release(r)
 	}
+	s.released = true
+	s.release()
 	return err
 }
 
@@ -645,13 +682,15 @@ type In struct {
 // buffers (GetData) from its sources and takes them back (Release),
 // returning the credit to their senders. Safe for concurrent use.
 type Receiver struct {
-	proc   *dtutils.Process
-	cfg    Config
-	region *alloc.Region
-	mu     sync.Mutex
-	srcs   []*recvSrc
-	rr     int
-	live   int // sources whose Depleted buffer has not come
+	proc     *dtutils.Process
+	release  func() // the hold on proc's memory (Process.Hold)
+	released bool   // Close has given the memory back
+	cfg      Config
+	region   *alloc.Region
+	mu       sync.Mutex
+	srcs     []*recvSrc
+	rr       int
+	live     int // sources whose Depleted buffer has not come
 	// The adaptive window's moves (Config.Adaptive).
 	grows, shrinks int64
 	maxWindow      int
@@ -712,11 +751,16 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 			return nil, err
 		}
 	}
+	release, err := proc.Hold()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	r, err := proc.Registry().NewRegion(sources*per, alloc.RegionConfig{Name: "shuffle-recv"})
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("shuffle: receive rings: %w", err)
 	}
-	rc := &Receiver{proc: proc, cfg: cfg, region: r, live: sources, maxWindow: cfg.window()}
+	rc := &Receiver{proc: proc, release: release, cfg: cfg, region: r, live: sources, maxWindow: cfg.window()}
 	for i := 0; i < sources; i++ {
 		at := i * per
 		s := &recvSrc{next: 1, released: make([]bool, cfg.Depth), window: cfg.window()}
@@ -731,6 +775,7 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 	if cfg.Design == SR {
 		if err := rc.postAll(); err != nil {
 			proc.Registry().Release(r)
+			release()
 			return nil, err
 		}
 	}
@@ -777,6 +822,9 @@ func (r *Receiver) Sources() int { return len(r.srcs) }
 func (r *Receiver) GetData(ctx context.Context) (In, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := procClosed(r.proc); err != nil {
+		return In{}, err
+	}
 	var w waiter
 	for waited := false; ; waited = true {
 		if in, ok, err := r.take(ctx, waited); ok || err != nil {
@@ -990,6 +1038,9 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 func (r *Receiver) Release(in In) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := procClosed(r.proc); err != nil {
+		return err
+	}
 	if in.Src < 0 || in.Src >= len(r.srcs) {
 		return fmt.Errorf("%w: source %d", ErrBadBuffer, in.Src)
 	}
@@ -1038,12 +1089,24 @@ func (r *Receiver) credit(s *recvSrc) error {
 // Close waits until the credits it wrote have reached their senders (a
 // sender finishing its Depleted stream waits for them: closing the
 // connection under them would fail it), then releases the receiver's
-// memory; the queue pairs stay open.
+// memory; the queue pairs stay open. If the process was closed first,
+// Close only releases the memory and, unless every source had ended its
+// stream, returns ErrClosed. Closing again does nothing.
 func (r *Receiver) Close(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.released {
+		return nil
+	}
+	defer func() { r.released = true; r.release() }()
 	var w waiter
 	var err error
+	if err = procClosed(r.proc); err != nil {
+		if r.live == 0 {
+			err = nil
+		}
+		return errors.Join(err, r.proc.Registry().Release(r.region))
+	}
 	if r.cfg.Design == SR {
 		err = r.flushCredits()
 	}

@@ -427,6 +427,118 @@ func TestDeadPeer(t *testing.T) {
 	}
 }
 
+// TestProcessClosedUnderEndpoints: closing the processes (and their
+// providers) under open endpoints makes every call, the blocked ones
+// included, return ErrClosed, and a buffer GetData handed out stays
+// readable (the endpoints hold the memory, Process.Hold) until the
+// endpoints close, which unmaps it.
+func TestProcessClosedUnderEndpoints(t *testing.T) {
+	for _, tr := range transports {
+		for _, d := range []Design{WR, RD, SR} {
+			t.Run(fmt.Sprintf("%s/%v", tr.name, d), func(t *testing.T) {
+				j := newJob(t, tr.make, 2, 1, 1, Config{Design: d, BufferBytes: 256, Depth: 2})
+				ctx := testCtx(t)
+				s, r := j.senders[0][0], j.receivers[1][0]
+				// Two buffers to process 1 fill its window.
+				for _, c := range []byte("ab") {
+					b, err := s.Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b.Data = append(b.Data, 1, 0, 0, 0, c)
+					if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+				in, err := r.GetData(ctx)
+				if err != nil || string(in.Data) != "\x01\x00\x00\x00a" {
+					t.Fatalf("GetData: %q, %v", in.Data, err)
+				}
+				// Blocked: a third buffer to process 1 (its window is full
+				// until in is released) and process 0's receiver, which
+				// gets nothing.
+				b, err := s.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Data = append(b.Data, 1, 0, 0, 0, 'c')
+				putErr, getErr := make(chan error, 1), make(chan error, 1)
+				go func() { putErr <- s.PutData(ctx, b, []int{1}, false) }()
+				go func() { _, err := j.receivers[0][0].GetData(ctx); getErr <- err }()
+				time.Sleep(20 * time.Millisecond)
+				select {
+				case err := <-putErr:
+					t.Fatalf("PutData past the window returned %v before the close", err)
+				case err := <-getErr:
+					t.Fatalf("GetData with nothing sent returned %v before the close", err)
+				default:
+				}
+				for _, ns := range j.nodes {
+					for _, n := range ns {
+						n.prov.Close()
+						n.self.Close()
+						if err := n.proc.Close(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for name, c := range map[string]chan error{"PutData": putErr, "GetData": getErr} {
+					select {
+					case err := <-c:
+						// Its queue pairs closed first (ErrPeerLost), or
+						// its process (ErrClosed).
+						if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPeerLost) {
+							t.Errorf("blocked %s: %v, want ErrClosed or ErrPeerLost", name, err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatalf("blocked %s still waiting 10 s after its process closed", name)
+					}
+				}
+				if string(in.Data) != "\x01\x00\x00\x00a" {
+					t.Errorf("a buffer handed out before the close reads %q", in.Data)
+				}
+				if _, err := s.Acquire(ctx); !errors.Is(err, ErrClosed) {
+					t.Errorf("Acquire after the close: %v, want ErrClosed", err)
+				}
+				if err := r.Release(in); !errors.Is(err, ErrClosed) {
+					t.Errorf("Release after the close: %v, want ErrClosed", err)
+				}
+				if _, err := r.GetData(ctx); !errors.Is(err, ErrClosed) {
+					t.Errorf("GetData after the close: %v, want ErrClosed", err)
+				}
+				held := 0
+				for _, st := range r.proc.Registry().Stats() {
+					held += int(st.Regions)
+				}
+				if held == 0 {
+					t.Error("the receiver's process unmapped its memory while the receiver held it")
+				}
+				// Neither sender nor receiver finished its stream.
+				for r := range j.senders {
+					if err := j.senders[r][0].Close(ctx); !errors.Is(err, ErrClosed) {
+						t.Errorf("sender %d's Close: %v, want ErrClosed", r, err)
+					}
+					if err := j.receivers[r][0].Close(ctx); !errors.Is(err, ErrClosed) {
+						t.Errorf("receiver %d's Close: %v, want ErrClosed", r, err)
+					}
+					if err := j.senders[r][0].Close(ctx); err != nil {
+						t.Errorf("sender %d's second Close: %v", r, err)
+					}
+				}
+				for r, ns := range j.nodes {
+					for _, n := range ns {
+						for _, st := range n.proc.Registry().Stats() {
+							if st.Regions != 0 {
+								t.Errorf("rank %d: %d regions still mapped on rung %v once every endpoint closed", r, st.Regions, st.Rung)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestConfigAndOffers: bad configurations and mismatched offers are
 // refused.
 func TestConfigAndOffers(t *testing.T) {
