@@ -197,6 +197,9 @@ func (a *Aggregator) Call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []by
 
 // CallBuffer is Call with a buffer side by side.
 func (a *Aggregator) CallBuffer(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte) error {
+	if a.m.proc.Closed() {
+		return errFabricClosed // the batches are in its unmapped memory
+	}
 	d := a.dst(dst)
 	if a.cfg.Mode == Ovfl {
 		if d.queued == 0 && a.m.keeper == nil {
@@ -478,6 +481,14 @@ func (a *Aggregator) Exceeding() int {
 // Flush sends every batched (Trad) or kept (Ovfl) call, waiting for room
 // per the messengers' policy.
 func (a *Aggregator) Flush() error {
+	if a.m.proc.Closed() {
+		for _, d := range a.out {
+			if d.used > 0 || d.queued > 0 {
+				return fmt.Errorf("%w: calls batched or kept were not sent", errFabricClosed)
+			}
+		}
+		return nil
+	}
 	for dst, d := range a.out {
 		var err error
 		if a.cfg.Mode == Trad {

@@ -50,3 +50,77 @@ func TestCallReturnCalleeKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestUseAfterFabricClose: Messengers kept past their fabric's Close
+// refuse every call with ErrClosed instead of touching the unmapped
+// chunks and feedback words (each of these faulted before), Poll runs
+// nothing, and an Aggregator holding calls reports them lost on Flush.
+func TestUseAfterFabricClose(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			var h dsfabric.HandlerID
+			var (
+				kept *Messengers
+				agg  *Aggregator
+				obj  *RemoteObject
+				syn  *Synchronizer
+			)
+			job(t, 2, 1, tr, DefaultConfig(), func(hs *dsfabric.Handlers) {
+				h, _ = hs.Register("noop", func(c *dsfabric.Call, a []byte) ([]byte, error) { return nil, nil })
+			}, func(m *Messengers) error {
+				if m.f.Rank() != 0 {
+					return nil
+				}
+				kept = m
+				var err error
+				if err = m.Call(1, h, []byte{1}); err != nil {
+					return err
+				}
+				if agg, err = m.Aggregator(AggregatorConfig{Mode: Trad}); err != nil {
+					return err
+				}
+				if err = agg.Call(1, h, []byte{2}); err != nil { // kept, not flushed
+					return err
+				}
+				if obj, err = m.NewRemoteObject(8); err != nil {
+					return err
+				}
+				syn, err = m.NewSynchronizer(1)
+				return err
+			})
+			if kept == nil {
+				return // rank 1
+			}
+			if n := kept.Poll(); n != 0 {
+				t.Errorf("Poll after Close ran %d calls", n)
+			}
+			ctx := context.Background()
+			calls := map[string]func() error{
+				"Call":      func() error { return kept.Call(1, h, nil) },
+				"Call self": func() error { return kept.Call(0, h, nil) },
+				"Broadcast": func() error { return kept.Broadcast(h, nil) },
+				"CallReturn": func() error {
+					_, err := kept.CallReturn(ctx, 1, h, nil, obj)
+					return err
+				},
+				"Shutdown":          func() error { return kept.Shutdown(ctx, 1) },
+				"Aggregator.Flush":  agg.Flush,
+				"Aggregator.Call":   func() error { return agg.Call(1, h, nil) },
+				"Synchronizer.Wait": func() error { return syn.Wait(ctx) },
+				"NewSynchronizer": func() error {
+					_, err := kept.NewSynchronizer(1)
+					return err
+				},
+				"NewRemoteObject": func() error {
+					_, err := kept.NewRemoteObject(8)
+					return err
+				},
+			}
+			for name, call := range calls {
+				if err := call(); !errors.Is(err, ErrClosed) {
+					t.Errorf("%s after the fabric closed: %v, want ErrClosed", name, err)
+				}
+			}
+		})
+	}
+}

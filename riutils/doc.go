@@ -74,6 +74,11 @@
 // from the receiver's side, and the sender's next call completes the
 // handshake and fails with ErrClosed.
 //
+// Messengers, Aggregators and Synchronizers live in the fabric's registered
+// memory: once the fabric closes, their calls return ErrClosed (an
+// Aggregator's Flush says so when calls it held are lost) and Poll runs
+// nothing.
+//
 // Broadcast and BroadcastBuffer make one one-sided call to every worker
 // thread of the job.
 //

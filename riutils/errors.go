@@ -1,6 +1,9 @@
 package riutils
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of package riutils; returned errors wrap them.
 var (
@@ -16,6 +19,10 @@ var (
 	ErrBadConfig = errors.New("riutils: bad config")
 	// ErrNotBound: the Process is not bound to a started fabric yet.
 	ErrNotBound = errors.New("riutils: not bound to a fabric")
-	// ErrClosed: the messengers were shut down.
+	// ErrClosed: the messengers were shut down, or their fabric closed.
 	ErrClosed = errors.New("riutils: closed")
 )
+
+// errFabricClosed is what Messengers, Aggregators and Synchronizers kept
+// past their fabric's Close return: their memory is unmapped.
+var errFabricClosed = fmt.Errorf("%w: the fabric was closed", ErrClosed)

@@ -34,6 +34,9 @@ const syncSlotCount = 512
 // NewSynchronizer returns a synchronizer counting n calls. Close it when
 // done; a thread has at most 512 open at once.
 func (m *Messengers) NewSynchronizer(n int) (*Synchronizer, error) {
+	if m.proc.Closed() {
+		return nil, errFabricClosed
+	}
 	if m.syncs == nil {
 		r, err := m.f.Process().Registry().NewRegion(8*syncSlotCount, alloc.RegionConfig{Name: "riutils-sync"})
 		if err != nil {
@@ -56,7 +59,9 @@ func (m *Messengers) NewSynchronizer(n int) (*Synchronizer, error) {
 	return s, nil
 }
 
-// Add adds k calls to count (before making them).
+// Add adds k calls to count (before making them). Add and Count touch
+// registered memory: use them before the fabric closes (Wait reports
+// ErrClosed after).
 func (s *Synchronizer) Add(k int) { s.word.Add(int64(k)) }
 
 // Count returns the calls still outstanding.
@@ -67,7 +72,13 @@ func (s *Synchronizer) Count() int { return int(s.word.Load()) }
 // that died (its calls may never be counted down).
 func (s *Synchronizer) Wait(ctx context.Context) error {
 	w := s.m.replyWait()
-	for s.word.Load() > 0 {
+	for {
+		if s.m.proc.Closed() { // the counter's memory is unmapped
+			return errFabricClosed
+		}
+		if s.word.Load() <= 0 {
+			return nil
+		}
 		if s.m.Poll() > 0 {
 			w.Reset()
 			continue
@@ -80,7 +91,6 @@ func (s *Synchronizer) Wait(ctx context.Context) error {
 		}
 		w.Wait()
 	}
-	return nil
 }
 
 // Close returns the counter to the thread's pool.

@@ -294,6 +294,7 @@ func (in *incoming) take() [][]byte {
 type Messengers struct {
 	p         *Process
 	f         *dsfabric.Fabric
+	proc      *dtutils.Process // f's: Closed is checked before its memory is touched
 	self      dsfabric.ThreadID
 	out       map[dsfabric.ThreadID]*sender
 	last      *sender // the sender used last: a stream of calls skips the map
@@ -357,7 +358,7 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Messengers{p: p, f: f, self: self, out: map[dsfabric.ThreadID]*sender{}, closed: map[dsfabric.ThreadID]error{},
+	m := &Messengers{p: p, f: f, proc: f.Process(), self: self, out: map[dsfabric.ThreadID]*sender{}, closed: map[dsfabric.ThreadID]error{},
 		inbox: p.inboxes[t], ring: ring, small: small, fbReg: fbReg}
 	m.rx.ring = rxRing
 	if p.cfg.Policy == RetryAsync {

@@ -50,7 +50,10 @@ type rxState struct {
 // replies addressed to this process are read off the socket: a polling
 // thread lands them itself (dtutils.Process.Progress).
 func (m *Messengers) Poll() int {
-	m.f.Process().Progress()
+	if m.proc.Closed() {
+		return 0 // the incoming chunks are unmapped
+	}
+	m.proc.Progress()
 	n := 0
 	if !m.delegated {
 		n = m.pollIn()

@@ -27,6 +27,9 @@ func (m *Messengers) NewRemoteObject(capacity int) (*RemoteObject, error) {
 	if capacity < 0 || capacity > m.p.cfg.MaxPayload() {
 		return nil, fmt.Errorf("%w: RemoteObject of %d bytes", ErrTooLarge, capacity)
 	}
+	if m.proc.Closed() {
+		return nil, errFabricClosed
+	}
 	size := replySize(capacity)
 	r, err := m.f.Process().Registry().NewRegion(size, alloc.RegionConfig{Name: "riutils-reply"})
 	if err != nil {

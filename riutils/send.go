@@ -43,6 +43,10 @@ type sender struct {
 
 // sender returns the messenger to dst, setting it up on first use.
 func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
+	if m.proc.Closed() {
+		// Its memory (the feedback words, the chunks) is unmapped.
+		return nil, errFabricClosed
+	}
 	if s := m.last; s != nil && s.dst == dst {
 		return s, nil
 	}
@@ -326,6 +330,9 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 	s, ok := m.out[dst]
 	if !ok {
 		return nil
+	}
+	if m.proc.Closed() {
+		return errFabricClosed
 	}
 	if n := m.keeper.kept(dst); n > 0 {
 		return fmt.Errorf("riutils: %d bytes kept for thread %d: Flush before Shutdown", n, dst)
