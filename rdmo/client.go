@@ -37,6 +37,9 @@ type Client struct {
 	slots  []slot
 	free   chan int32
 	closed atomic.Bool
+	// unhold gives back the hold on proc's memory (Process.Hold): the
+	// slots stay mapped until Close, even if proc closes first.
+	unhold func()
 
 	resMu   sync.Mutex
 	results []Result
@@ -92,8 +95,13 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		}
 		c.conns[r] = &conn{c: c, qp: qp, waiters: make(map[*slot]struct{}), buf: make([]dtutils.Completion, 32)}
 	}
+	var err error
+	if c.unhold, err = proc.Hold(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	region, err := proc.Registry().NewRegion(2*cfg.MaxInflight*cfg.CallBytes, alloc.RegionConfig{Name: "rdmo-client"})
 	if err != nil {
+		c.unhold()
 		return nil, fmt.Errorf("rdmo: client buffers: %w", err)
 	}
 	c.region = region
@@ -106,6 +114,7 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		}
 		if err != nil {
 			proc.Registry().Release(region)
+			c.unhold()
 			return nil, err
 		}
 		c.free <- int32(i)
@@ -114,11 +123,14 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 }
 
 // Close releases the client's buffers; RDMOs still in flight are lost.
-// The queue pairs stay open (they are the caller's).
+// The queue pairs stay open (they are the caller's). If the process closes
+// first, the client's calls fail with ErrClosed and its buffers stay mapped
+// (it holds them, dtutils.Process.Hold) until Close.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	defer c.unhold()
 	return c.proc.Registry().Release(c.region)
 }
 
@@ -189,6 +201,9 @@ func (c *Client) Start(ctx context.Context, cap Capability, method uint16, in []
 func (c *Client) post(ctx context.Context, cap Capability, method uint16, in []byte, async bool, tag uint64) (*conn, *slot, error) {
 	if c.closed.Load() {
 		return nil, nil, ErrClosed
+	}
+	if c.proc.Closed() {
+		return nil, nil, fmt.Errorf("%w: the client's process was closed", ErrClosed)
 	}
 	cn, ok := c.conns[cap.Process]
 	if !ok {
@@ -369,6 +384,9 @@ func (c *Client) Wait(ctx context.Context, dst []Result) (int, error) {
 		}
 		if err := ctx.Err(); err != nil {
 			return 0, err
+		}
+		if c.proc.Closed() {
+			return 0, fmt.Errorf("%w: the client's process was closed", ErrClosed)
 		}
 		b.Wait()
 	}

@@ -3,6 +3,7 @@ package rdmo
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,4 +256,77 @@ func checkBusy(t *testing.T, ctx context.Context, w *world, good Capability, c *
 		t.Error("no RDMO refused while two held the queue of CallSlots 2")
 	}
 
+}
+
+// TestClientProcessClosed: the client's process closes (providers first,
+// as a job's teardown does) while an RDMO waits at the target. The waiting
+// call returns, later calls fail with ErrClosed instead of writing into the
+// unmapped request slots (Do faulted before), and the client's Close gives
+// its memory back, which lets the process unmap everything.
+func TestClientProcessClosed(t *testing.T) {
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{})
+		ctx := testCtx(t)
+		release, entered := make(chan struct{}), make(chan struct{}, 4)
+		var releaseOnce sync.Once
+		free := func() { releaseOnce.Do(func() { close(release) }) }
+		defer free()
+		if err := w.engine.Register(testType(release, entered)); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := w.instance(t, 0, 64)
+		good := w.create(t, "test", m)
+		in := w.initiator[0]
+		c := in.client
+		held := make(chan error, 1)
+		go func() { _, _, err := c.Do(ctx, good, 4, nil); held <- err }() // "hold"
+		<-entered
+		in.prov.Close()
+		if err := in.proc.Close(); err != nil {
+			t.Fatal(err)
+		}
+		loop := strings.HasPrefix(tr.name, "loop")
+		if loop {
+			// Over loop the method runs on the caller's goroutine: the
+			// call in flight is the method itself, and it finishes when
+			// the method returns, writing its reply into the client's
+			// memory (held, so still mapped).
+			free()
+		}
+		select {
+		case err := <-held:
+			if loop && err != nil {
+				t.Errorf("the RDMO in flight over loop: %v, want it answered", err)
+			}
+			if !loop && !errors.Is(err, ErrTargetLost) && !errors.Is(err, ErrClosed) {
+				t.Errorf("the RDMO in flight: %v, want ErrTargetLost or ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the RDMO in flight still waits 10 s after its process closed")
+		}
+		if _, _, err := c.Do(ctx, good, 0, []byte("hi")); !errors.Is(err, ErrClosed) {
+			t.Errorf("Do after the close: %v, want ErrClosed", err)
+		}
+		if err := c.Start(ctx, good, 0, []byte("hi"), 1); !errors.Is(err, ErrClosed) {
+			t.Errorf("Start after the close: %v, want ErrClosed", err)
+		}
+		if _, err := c.Wait(ctx, make([]Result, 1)); !errors.Is(err, ErrClosed) {
+			t.Errorf("Wait after the close: %v, want ErrClosed", err)
+		}
+		regions := func() (n int64) {
+			for _, st := range in.proc.Registry().Stats() {
+				n += st.Regions
+			}
+			return n
+		}
+		if regions() == 0 {
+			t.Fatal("the process unmapped the client's memory while the client held it")
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if n := regions(); n != 0 {
+			t.Errorf("%d regions still mapped after the client closed", n)
+		}
+	})
 }
