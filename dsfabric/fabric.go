@@ -617,6 +617,9 @@ func (f *Fabric) Transmitter(rank int) (*dtutils.Transmitter, error) {
 	if err := f.deadErr(rank); err != nil {
 		return nil, err
 	}
+	if f.closing.Load() {
+		return nil, ErrClosed
+	}
 	return f.peers[rank].tx, nil
 }
 
@@ -790,6 +793,11 @@ func (f *Fabric) markDead(r int, reason string) {
 
 // Barrier returns once every live rank called Barrier as often.
 func (f *Fabric) Barrier(ctx context.Context) error {
+	if f.closing.Load() {
+		// Close's own barrier ran before this is set; a later one would
+		// wait for ranks that left (the coordinator) or report one dead.
+		return fmt.Errorf("%w: barrier after Close", ErrClosed)
+	}
 	seq := f.barSeq.Add(1)
 	f.barMu.Lock()
 	ch, ok := f.barWait[seq]

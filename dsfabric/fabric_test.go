@@ -447,3 +447,55 @@ func FuzzCoordinatorMessages(f *testing.F) {
 		}
 	})
 }
+
+// TestUseAfterClose: a Fabric kept past its Close refuses everything with
+// ErrClosed, promptly, and Worker.Poll finds nothing: Poll read the
+// unmapped receive queue (fault), Barrier waited for ranks that had left
+// (the coordinator) or called a live rank dead, Transmitter handed out a
+// transmitter over closed queue pairs.
+func TestUseAfterClose(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			var hEcho HandlerID
+			var kept *Fabric
+			job(t, 2, 1, tr, func(h *Handlers) {
+				hEcho, _ = h.Register("echo", func(c *Call, a []byte) ([]byte, error) { return a, nil })
+			}, func(t *testing.T, f *Fabric) { kept = f })
+			f := kept
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if n := f.Worker(0).Poll(); n != 0 {
+				t.Errorf("Poll after Close ran %d calls", n)
+			}
+			me, _ := f.Names().Thread(f.Rank(), 0)
+			other, _ := f.Names().Thread(1-f.Rank(), 0)
+			start := time.Now()
+			calls := map[string]func() error{
+				"Call":      func() error { return f.Call(me, other, hEcho, []byte("x"), nil) },
+				"Call self": func() error { return f.Call(me, me, hEcho, []byte("x"), nil) },
+				"CallReturn": func() error {
+					_, err := f.CallReturn(ctx, me, other, hEcho, []byte("x"))
+					return err
+				},
+				"CallServiceReturn": func() error {
+					_, err := f.CallServiceReturn(ctx, me, 1-f.Rank(), hEcho, []byte("x"))
+					return err
+				},
+				"Broadcast": func() error { return f.Broadcast(me, hEcho, []byte("x"), nil) },
+				"Barrier":   func() error { return f.Barrier(ctx) },
+				"Transmitter": func() error {
+					_, err := f.Transmitter(1 - f.Rank())
+					return err
+				},
+			}
+			for name, call := range calls {
+				if err := call(); !errors.Is(err, ErrClosed) {
+					t.Errorf("rank %d: %s after Close: %v, want ErrClosed", f.Rank(), name, err)
+				}
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("rank %d: the calls after Close took %v to refuse", f.Rank(), d)
+			}
+		})
+	}
+}

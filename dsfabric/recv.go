@@ -169,6 +169,9 @@ func (f *Fabric) routeFor(w *Worker) ([]queued, []byte, bool) {
 // own. What is left stays in the receive queue, its credits unreturned,
 // for the next round.
 func (f *Fabric) routeLocked() int {
+	if f.proc.Closed() {
+		return 0 // the receive queue is unmapped: a Poll after Close finds nothing
+	}
 	total, batch, limit := 0, f.creditBatch(), f.recvCount()
 	for total < limit {
 		// No progress driving here: Worker.Poll runs beside loops that
