@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -105,6 +106,8 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		return nil, fmt.Errorf("rdmo: client buffers: %w", err)
 	}
 	c.region = region
+	// A client dropped without Close gives its hold back when collected.
+	runtime.AddCleanup(c, func(unhold func()) { unhold() }, c.unhold)
 	c.slots = make([]slot, cfg.MaxInflight)
 	for i := range c.slots {
 		s := &c.slots[i]

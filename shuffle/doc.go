@@ -91,7 +91,9 @@
 // so that a buffer already handed out stays readable, every call,
 // blocked ones included, returns ErrClosed (or ErrPeerLost when the queue
 // pairs went first), and the endpoint's Close gives the memory back,
-// reporting ErrClosed unless its stream had ended.
+// reporting ErrClosed unless its stream had ended. An endpoint dropped
+// without Close gives it back when the garbage collector finds it; a
+// buffer from GetData is valid only while its Receiver is reachable.
 //
 // Records in a buffer are a u32 length and the bytes, back to back.
 // TypedShuffle and TypedReceive move values of any type instead, through a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,6 +295,10 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 		return nil, fmt.Errorf("shuffle: send buffers: %w", err)
 	}
 	s := &Sender{proc: proc, release: release, cfg: cfg, region: r, users: users, unopened: users}
+	// A sender dropped without Close gives its hold back when collected:
+	// otherwise its process's memory (memfds included) would stay mapped
+	// for good once the process closes.
+	runtime.AddCleanup(s, func(release func()) { release() }, release)
 	for i := 0; i < nb; i++ {
 		m, _ := r.Memory(i*cfg.BufferBytes, cfg.BufferBytes)
 		s.bufs = append(s.bufs, m)
@@ -761,6 +766,7 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 		return nil, fmt.Errorf("shuffle: receive rings: %w", err)
 	}
 	rc := &Receiver{proc: proc, release: release, cfg: cfg, region: r, live: sources, maxWindow: cfg.window()}
+	runtime.AddCleanup(rc, func(release func()) { release() }, release) // as NewSender's
 	for i := 0; i < sources; i++ {
 		at := i * per
 		s := &recvSrc{next: 1, released: make([]bool, cfg.Depth), window: cfg.window()}

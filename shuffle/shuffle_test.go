@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -536,6 +537,43 @@ func TestProcessClosedUnderEndpoints(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDroppedEndpointsReleaseMemory: endpoints dropped without Close
+// give their hold on the process back when the garbage collector finds
+// them, so that a closed process's memory (its memfds included) is
+// unmapped rather than kept for good.
+func TestDroppedEndpointsReleaseMemory(t *testing.T) {
+	j := newJob(t, transports[1].make, 2, 1, 1, Config{BufferBytes: 256, Depth: 2})
+	var procs []*dtutils.Process
+	for _, ns := range j.nodes {
+		for _, n := range ns {
+			n.prov.Close()
+			n.self.Close()
+			n.proc.Close()
+			procs = append(procs, n.proc)
+		}
+	}
+	regions := func() (n int64) {
+		for _, p := range procs {
+			for _, st := range p.Registry().Stats() {
+				n += st.Regions
+			}
+		}
+		return n
+	}
+	if regions() == 0 {
+		t.Fatal("the processes unmapped memory their open endpoints held")
+	}
+	j.senders, j.receivers = nil, nil // dropped, never closed
+	deadline := time.Now().Add(10 * time.Second)
+	for regions() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d regions still mapped 10 s after the endpoints were dropped", regions())
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
