@@ -109,7 +109,6 @@ type Process struct {
 	// and what Close left for the last of them to run.
 	holdMu   sync.Mutex
 	holds    int
-	closed   bool
 	deferred []func()
 }
 
@@ -281,9 +280,9 @@ func (p *Process) WakeRecv() { p.rcq.wake() }
 // the registry's error when it unmapped the memory itself, nil when it
 // left that to a release.
 func (p *Process) Close() error {
-	p.stopCallEngine()
+	p.stopCallEngine() // sets closing: no Hold succeeds after this
 	var err error
-	p.afterHolds(func() { err = p.reg.Close() }, true)
+	p.afterHolds(func() { err = p.reg.Close() })
 	return err
 }
 
@@ -301,7 +300,9 @@ func (p *Process) Closed() bool { return p.closing.Load() }
 func (p *Process) Hold() (release func(), err error) {
 	p.holdMu.Lock()
 	defer p.holdMu.Unlock()
-	if p.closed {
+	// closing is set before Close's afterHolds takes holdMu: a hold taken
+	// here either fails or is counted there.
+	if p.closing.Load() {
 		return nil, fmt.Errorf("%w: process %d", ErrClosed, p.cfg.Rank)
 	}
 	p.holds++
@@ -323,12 +324,9 @@ func (p *Process) release() {
 }
 
 // afterHolds runs fn now when nothing holds the process, or when the last
-// hold is released; closing marks the process closed (no new holds).
-func (p *Process) afterHolds(fn func(), closing bool) {
+// hold is released.
+func (p *Process) afterHolds(fn func()) {
 	p.holdMu.Lock()
-	if closing {
-		p.closed = true
-	}
 	if p.holds > 0 {
 		p.deferred = append(p.deferred, fn)
 		p.holdMu.Unlock()

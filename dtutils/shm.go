@@ -233,7 +233,7 @@ func (p *shmProvider) Close() error {
 		for _, peer := range peers {
 			peer.unmap()
 		}
-	}, false)
+	})
 	p.removeDir()
 	return nil
 }

@@ -206,7 +206,7 @@ func (c *Client) post(ctx context.Context, cap Capability, method uint16, in []b
 		return nil, nil, ErrClosed
 	}
 	if c.proc.Closed() {
-		return nil, nil, fmt.Errorf("%w: the client's process was closed", ErrClosed)
+		return nil, nil, errProcessClosed
 	}
 	cn, ok := c.conns[cap.Process]
 	if !ok {
@@ -389,7 +389,7 @@ func (c *Client) Wait(ctx context.Context, dst []Result) (int, error) {
 			return 0, err
 		}
 		if c.proc.Closed() {
-			return 0, fmt.Errorf("%w: the client's process was closed", ErrClosed)
+			return 0, errProcessClosed
 		}
 		b.Wait()
 	}

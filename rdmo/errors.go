@@ -66,6 +66,9 @@ var (
 	ErrClosed = errors.New("rdmo: closed")
 )
 
+// errProcessClosed is what a client whose process closed returns.
+var errProcessClosed = fmt.Errorf("%w: the client's process was closed", ErrClosed)
+
 var codeErrs = [...]error{nil, ErrBadCapability, ErrBadMethod, ErrInputTooLarge, ErrOverBudget, ErrFault, ErrMalformed, ErrNoDirect}
 
 // Err returns the engine code's error, nil for OK and methods' codes.
