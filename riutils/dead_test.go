@@ -3,7 +3,9 @@ package riutils
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -120,6 +122,63 @@ func TestUseAfterFabricClose(t *testing.T) {
 				if err := call(); !errors.Is(err, ErrClosed) {
 					t.Errorf("%s after the fabric closed: %v, want ErrClosed", name, err)
 				}
+			}
+		})
+	}
+}
+
+// TestPollerOutlivesFabric: a Poller serving on a goroutine of its own
+// with a context that never ends (the fabric's Close does not wait for
+// it) stops when the fabric closes, and its Polls afterwards run nothing.
+// Before, Serve polled on into the unmapped chunks.
+func TestPollerOutlivesFabric(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			var h dsfabric.HandlerID
+			var ran atomic.Int64
+			served := make(chan *Poller, 1)
+			serveDone := make(chan struct{})
+			job(t, 2, 2, tr, DefaultConfig(), func(hs *dsfabric.Handlers) {
+				h, _ = hs.Register("count", func(c *dsfabric.Call, a []byte) ([]byte, error) { ran.Add(1); return nil, nil })
+			}, func(m *Messengers) error {
+				const calls = 1000
+				switch {
+				case m.f.Rank() == 0 && m.f.Names().ThreadRank(m.ID()) == 1:
+					pl, err := m.p.NewPoller(1)
+					if err != nil {
+						return err
+					}
+					served <- pl
+					go func() { pl.Serve(context.Background()); close(serveDone) }()
+					deadline := time.Now().Add(30 * time.Second)
+					for ran.Load() < calls && time.Now().Before(deadline) {
+						time.Sleep(time.Millisecond)
+					}
+					if n := ran.Load(); n < calls {
+						return fmt.Errorf("the Poller ran %d of %d calls", n, calls)
+					}
+					return nil
+				case m.f.Rank() == 1 && m.f.Names().ThreadRank(m.ID()) == 0:
+					dst, _ := m.f.Names().Thread(0, 1)
+					for i := 0; i < calls; i++ {
+						if err := m.Call(dst, h, []byte{1}); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			select {
+			case pl := <-served: // rank 0
+				select {
+				case <-serveDone:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the Poller's Serve still runs 10 s after the fabric closed")
+				}
+				if n := pl.Poll(); n != 0 {
+					t.Errorf("Poll after the fabric closed ran %d calls", n)
+				}
+			default: // rank 1
 			}
 		})
 	}

@@ -77,7 +77,9 @@
 // Messengers, Aggregators and Synchronizers live in the fabric's registered
 // memory: once the fabric closes, their calls return ErrClosed (an
 // Aggregator's Flush says so when calls it held are lost) and Poll runs
-// nothing.
+// nothing. A Poller's Serve returns when the fabric closes; the Poller
+// keeps the memory mapped until it is collected, so that a Poll under way
+// at the close reads mapped chunks.
 //
 // Broadcast and BroadcastBuffer make one one-sided call to every worker
 // thread of the job.

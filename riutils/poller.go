@@ -3,6 +3,7 @@ package riutils
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
@@ -15,7 +16,8 @@ import (
 // threads keep sending through their own Messengers; their Poll then only
 // sends calls that RetryAsync kept. One goroutine drives a Poller.
 type Poller struct {
-	ms []*Messengers
+	ms   []*Messengers
+	proc *dtutils.Process
 }
 
 // NewPoller takes over the receiving side of local worker threads threads
@@ -31,7 +33,7 @@ func (p *Process) NewPoller(threads ...int) (*Poller, error) {
 			threads = append(threads, t)
 		}
 	}
-	pl := &Poller{}
+	pl := &Poller{proc: f.Process()}
 	for _, t := range threads {
 		m, err := p.Messengers(t)
 		if err != nil {
@@ -42,6 +44,15 @@ func (p *Process) NewPoller(threads ...int) (*Poller, error) {
 		}
 		pl.ms = append(pl.ms, m)
 	}
+	// A Poller runs on a goroutine of its own, which the fabric's Close
+	// does not wait for: it holds the process's memory, so that a Poll
+	// under way when the fabric closes still reads mapped chunks; the hold
+	// goes when the Poller is collected.
+	release, err := f.Process().Hold()
+	if err != nil {
+		return nil, errFabricClosed
+	}
+	runtime.AddCleanup(pl, func(release func()) { release() }, release)
 	for _, m := range pl.ms {
 		m.delegated = true
 	}
@@ -51,9 +62,12 @@ func (p *Process) NewPoller(threads ...int) (*Poller, error) {
 // Poll runs the calls written to the Poller's threads and returns how many
 // ran.
 func (pl *Poller) Poll() int {
+	if pl.proc.Closed() {
+		return 0 // the fabric closed: nothing more comes
+	}
 	n := 0
 	if len(pl.ms) > 0 {
-		pl.ms[0].f.Process().Progress()
+		pl.proc.Progress()
 	}
 	for _, m := range pl.ms {
 		n += m.pollIn()
@@ -61,13 +75,11 @@ func (pl *Poller) Poll() int {
 	return n
 }
 
-// Serve polls until ctx ends, backing off when there is nothing to run.
+// Serve polls until ctx ends or the fabric closes, backing off when there
+// is nothing to run.
 func (pl *Poller) Serve(ctx context.Context) {
-	var b dtutils.Backoff
-	if len(pl.ms) > 0 {
-		b.Idle = pl.ms[0].f.Process().Idle
-	}
-	for ctx.Err() == nil {
+	b := dtutils.Backoff{Idle: pl.proc.Idle}
+	for ctx.Err() == nil && !pl.proc.Closed() {
 		if pl.Poll() > 0 {
 			b.Reset()
 		} else {
