@@ -82,8 +82,14 @@ func (k *keeper) call(s *sender, h dsfabric.HandlerID, args, buf []byte) error {
 		s.ring, s.st = k.ring, &k.local
 	}
 	if !k.run {
-		k.run = true
-		go k.helper()
+		// The helper writes into the process's memory from a goroutine
+		// the fabric's Close does not wait for: it holds the memory until
+		// it ends (at the close). The process closing already refused
+		// this call in sender(); a Hold failing here lost a race with it.
+		if release, err := k.m.proc.Hold(); err == nil {
+			k.run = true
+			go k.helper(release)
+		}
 	}
 	k.mu.Unlock()
 	select {
@@ -161,8 +167,10 @@ func (k *keeper) kept(dst dsfabric.ThreadID) int {
 }
 
 // helper sends kept calls while their messengers have room, and sleeps
-// when nothing is kept; it ends with the fabric.
-func (k *keeper) helper() {
+// when nothing is kept; it ends with the fabric, and then releases its
+// hold on the process's memory.
+func (k *keeper) helper(release func()) {
+	defer release()
 	var b dtutils.Backoff
 	for {
 		select {
@@ -212,6 +220,9 @@ func (k *keeper) drain() (sent, waiting bool) {
 			}
 			rec := q.recs[0]
 			k.mu.Unlock()
+			if k.m.proc.Closed() {
+				return false, false // the fabric closed: nothing more goes out
+			}
 			ok, err := q.s.reserve(len(rec), Fail)
 			if err == nil && ok {
 				var mem alloc.Memory
