@@ -310,6 +310,19 @@ func (p *Process) Hold() (release func(), err error) {
 	return func() { once.Do(p.release) }, nil
 }
 
+// HoldFor is Hold for an owner that keeps slices of the process's memory
+// across calls (an endpoint, a client): besides release, which its Close
+// calls, the hold goes when owner is collected, so that an owner dropped
+// without Close does not keep a closed process's memory (its memfds
+// included) mapped for good.
+func HoldFor[T any](p *Process, owner *T) (release func(), err error) {
+	if release, err = p.Hold(); err != nil {
+		return nil, err
+	}
+	runtime.AddCleanup(owner, func(release func()) { release() }, release)
+	return release, nil
+}
+
 func (p *Process) release() {
 	p.holdMu.Lock()
 	p.holds--

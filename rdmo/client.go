@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -97,7 +96,7 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		c.conns[r] = &conn{c: c, qp: qp, waiters: make(map[*slot]struct{}), buf: make([]dtutils.Completion, 32)}
 	}
 	var err error
-	if c.unhold, err = proc.Hold(); err != nil {
+	if c.unhold, err = dtutils.HoldFor(proc, c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	region, err := proc.Registry().NewRegion(2*cfg.MaxInflight*cfg.CallBytes, alloc.RegionConfig{Name: "rdmo-client"})
@@ -106,8 +105,6 @@ func NewClient(proc *dtutils.Process, cfg ClientConfig, qps ...dtutils.QueuePair
 		return nil, fmt.Errorf("rdmo: client buffers: %w", err)
 	}
 	c.region = region
-	// A client dropped without Close gives its hold back when collected.
-	runtime.AddCleanup(c, func(unhold func()) { unhold() }, c.unhold)
 	c.slots = make([]slot, cfg.MaxInflight)
 	for i := range c.slots {
 		s := &c.slots[i]

@@ -3,7 +3,6 @@ package riutils
 import (
 	"context"
 	"fmt"
-	"runtime"
 
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
@@ -48,11 +47,9 @@ func (p *Process) NewPoller(threads ...int) (*Poller, error) {
 	// does not wait for: it holds the process's memory, so that a Poll
 	// under way when the fabric closes still reads mapped chunks; the hold
 	// goes when the Poller is collected.
-	release, err := f.Process().Hold()
-	if err != nil {
+	if _, err := dtutils.HoldFor(f.Process(), pl); err != nil {
 		return nil, errFabricClosed
 	}
-	runtime.AddCleanup(pl, func(release func()) { release() }, release)
 	for _, m := range pl.ms {
 		m.delegated = true
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,7 +284,8 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 			return nil, err
 		}
 	}
-	release, err := proc.Hold()
+	s := &Sender{proc: proc, cfg: cfg, users: users, unopened: users}
+	release, err := dtutils.HoldFor(proc, s)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
@@ -294,11 +294,7 @@ func NewSender(proc *dtutils.Process, cfg Config, dests, users int) (*Sender, er
 		release()
 		return nil, fmt.Errorf("shuffle: send buffers: %w", err)
 	}
-	s := &Sender{proc: proc, release: release, cfg: cfg, region: r, users: users, unopened: users}
-	// A sender dropped without Close gives its hold back when collected:
-	// otherwise its process's memory (memfds included) would stay mapped
-	// for good once the process closes.
-	runtime.AddCleanup(s, func(release func()) { release() }, release)
+	s.release, s.region = release, r
 	for i := 0; i < nb; i++ {
 		m, _ := r.Memory(i*cfg.BufferBytes, cfg.BufferBytes)
 		s.bufs = append(s.bufs, m)
@@ -756,7 +752,8 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 			return nil, err
 		}
 	}
-	release, err := proc.Hold()
+	rc := &Receiver{proc: proc, cfg: cfg, live: sources, maxWindow: cfg.window()}
+	release, err := dtutils.HoldFor(proc, rc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
@@ -765,8 +762,7 @@ func NewReceiver(proc *dtutils.Process, cfg Config, sources int) (*Receiver, err
 		release()
 		return nil, fmt.Errorf("shuffle: receive rings: %w", err)
 	}
-	rc := &Receiver{proc: proc, release: release, cfg: cfg, region: r, live: sources, maxWindow: cfg.window()}
-	runtime.AddCleanup(rc, func(release func()) { release() }, release) // as NewSender's
+	rc.release, rc.region = release, r
 	for i := 0; i < sources; i++ {
 		at := i * per
 		s := &recvSrc{next: 1, released: make([]bool, cfg.Depth), window: cfg.window()}
