@@ -281,9 +281,10 @@ func (p *Process) WakeRecv() { p.rcq.wake() }
 // left that to a release.
 func (p *Process) Close() error {
 	p.stopCallEngine() // sets closing: no Hold succeeds after this
-	var err error
-	p.afterHolds(func() { err = p.reg.Close() })
-	return err
+	if p.deferWhileHeld(func() { p.reg.Close() }) {
+		return nil // the last release unmaps (its error has no caller)
+	}
+	return p.reg.Close()
 }
 
 // Closed reports whether Close has been called: the process's memory is
@@ -300,7 +301,7 @@ func (p *Process) Closed() bool { return p.closing.Load() }
 func (p *Process) Hold() (release func(), err error) {
 	p.holdMu.Lock()
 	defer p.holdMu.Unlock()
-	// closing is set before Close's afterHolds takes holdMu: a hold taken
+	// closing is set before Close's deferWhileHeld takes holdMu: a hold taken
 	// here either fails or is counted there.
 	if p.closing.Load() {
 		return nil, fmt.Errorf("%w: process %d", ErrClosed, p.cfg.Rank)
@@ -336,17 +337,17 @@ func (p *Process) release() {
 	}
 }
 
-// afterHolds runs fn now when nothing holds the process, or when the last
-// hold is released.
-func (p *Process) afterHolds(fn func()) {
+// deferWhileHeld leaves fn to the last release and reports true while
+// the process is held; it reports false, and does not run fn, when nothing
+// holds it (the caller runs it, and keeps its result).
+func (p *Process) deferWhileHeld(fn func()) bool {
 	p.holdMu.Lock()
-	if p.holds > 0 {
-		p.deferred = append(p.deferred, fn)
-		p.holdMu.Unlock()
-		return
+	defer p.holdMu.Unlock()
+	if p.holds == 0 {
+		return false
 	}
-	p.holdMu.Unlock()
-	fn()
+	p.deferred = append(p.deferred, fn)
+	return true
 }
 
 // receiveSide is the shared receive queue of a target process, seen from

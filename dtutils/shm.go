@@ -229,11 +229,14 @@ func (p *shmProvider) Close() error {
 	}
 	// The peers' memory stays mapped while the process is held: endpoints
 	// holding it (package shuffle's RD reads in place) may still read it.
-	p.proc.afterHolds(func() {
+	unmap := func() {
 		for _, peer := range peers {
 			peer.unmap()
 		}
-	})
+	}
+	if !p.proc.deferWhileHeld(unmap) {
+		unmap()
+	}
 	p.removeDir()
 	return nil
 }
