@@ -518,3 +518,67 @@ func TestRingCorruptCellNoSpin(t *testing.T) {
 		t.Fatal("the ring spun on a corrupt cell")
 	}
 }
+
+// TestDoorbellNoLostWakeup: a consumer that finds the ring empty sleeps
+// on its doorbell (ring.sleep, as AwaitRecv does), and a producer that
+// enqueues while it goes to sleep must wake it. One producer and one
+// consumer on their own OS threads hand entries over one at a time, so
+// that every hand-off races the consumer's way to sleep; a sleep that
+// lasted its whole timeout while an entry waited is a lost wake-up. Before
+// ring.wake fenced its load of the sleeper count behind the entry's store,
+// a few in every 300 000 hand-offs were lost (each one a 50 ms stall of a
+// worker in a real job). Under -race the store is a locked exchange and
+// the race cannot occur; the test still checks the hand-offs.
+func TestDoorbellNoLostWakeup(t *testing.T) {
+	mem := make([]byte, ringBytes(64, 8))
+	r, err := initRing(mem, 64, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 300000
+	if raceEnabled || testing.Short() {
+		n = 20000
+	}
+	// Long enough that a consumer thread woken in time is never this late.
+	const timeout = 200 * time.Millisecond
+	var taken atomic.Int64
+	lost := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		k := 0
+		var e [8]byte
+		for c := 0; c < n; {
+			if r.dequeue(e[:]) {
+				c++
+				taken.Store(int64(c))
+				continue
+			}
+			t0 := time.Now()
+			r.sleep(timeout, func() bool { return !r.empty() })
+			if time.Since(t0) >= timeout && !r.empty() {
+				k++
+			}
+		}
+		lost <- k
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var e [8]byte
+	for i := 0; i < n; i++ {
+		for !r.enqueue(e[:]) {
+			runtime.Gosched()
+		}
+		// Wait for the hand-off, then a little more or less each time, so
+		// that the next enqueue meets the consumer at every point of its
+		// way into sleep.
+		for taken.Load() != int64(i+1) {
+		}
+		for k := 0; k < i%41*8; k++ {
+			_ = k
+		}
+	}
+	if k := <-lost; k > 0 {
+		t.Fatalf("%d of %d hand-offs left the consumer asleep for its whole %v timeout with an entry waiting (lost wake-ups)", k, n, timeout)
+	}
+}

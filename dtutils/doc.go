@@ -180,7 +180,9 @@
 // Poll loops spin briefly, yield a few times, then block on a doorbell that
 // producers ring only when a waiter has said it sleeps (a futex in shared
 // memory for receive queues, a channel in process). Nothing burns a core
-// while idle.
+// while idle. A waiter announces itself before its last look at the queue,
+// and a producer looks for waiters only after a store-load fence behind its
+// entry, so that neither can miss the other (TestDoorbellNoLostWakeup).
 //
 // Byte formats crossing processes are in wire.go and docs/wire.md.
 package dtutils
