@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
@@ -18,8 +19,10 @@ import (
 
 // IdleResult is one line of mctsbench idle: the CPU share of one process of
 // a job with nothing to do (mode "idle"), how fast a call wakes an idle
-// worker (mode "wake"), or how fast a plain pipe round trip wakes an idle
-// process (mode "pipe-wake", the operating system's floor, same run).
+// worker (mode "wake"), how fast a plain pipe round trip wakes an idle
+// process (mode "pipe-wake", the operating system's floor, same run), or,
+// when the job runs over tcp, how fast a plain Go TCP round trip wakes one
+// (mode "tcp-plain-wake", the peer a tcp call is compared with).
 type IdleResult struct {
 	Mode      string  `json:"mode"`
 	Transport string  `json:"transport"`
@@ -65,7 +68,11 @@ func idle(args []string, stdout, stderr io.Writer) int {
 		} else if r.Mode == "wake" {
 			fmt.Fprintf(stdout, "first call after 100 ms idle (%s, %d tries): p50 %v, max %v\n", r.Transport, r.N, time.Duration(r.P50ns), time.Duration(r.MaxNs))
 		} else {
-			fmt.Fprintf(stdout, "plain pipe round trip to a process idle for 100 ms (%d tries): p50 %v, max %v\n", r.N, time.Duration(r.P50ns), time.Duration(r.MaxNs))
+			peer := "pipe"
+			if r.Mode == "tcp-plain-wake" {
+				peer = "Go TCP (loopback)"
+			}
+			fmt.Fprintf(stdout, "plain %s round trip to a process idle for 100 ms (%d tries): p50 %v, max %v\n", peer, r.N, time.Duration(r.P50ns), time.Duration(r.MaxNs))
 		}
 	}
 	return 0
@@ -131,22 +138,26 @@ func runIdle(procs int, window, hot time.Duration, transport string, wakes int, 
 		out = append(out, IdleResult{Mode: "idle", Transport: f.Transports(), Rank: r, WindowS: wall, CPUShare: float64(c1[r]-c0[r]) / 1e9 / wall})
 	}
 	dst, _ := f.Names().Thread(1, 0)
-	var lat []float64
-	for i := 0; i < wakes; i++ {
-		time.Sleep(100 * time.Millisecond)
-		t := time.Now()
-		if _, err := f.CallReturn(ctx, src, dst, hEcho, []byte{byte(i)}); err != nil {
-			return nil, fmt.Errorf("wake %d: %w", i, err)
-		}
-		lat = append(lat, float64(time.Since(t).Nanoseconds()))
+	wake, err := afterIdle("wake", f.Transports(), wakes, func(i int) error {
+		_, err := f.CallReturn(ctx, src, dst, hEcho, []byte{byte(i)})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	sort.Float64s(lat)
-	out = append(out, IdleResult{Mode: "wake", Transport: f.Transports(), N: len(lat), P50ns: percentile(lat, 50), MaxNs: lat[len(lat)-1]})
+	out = append(out, wake)
 	pw, err := pipeWake(wakes)
 	if err != nil {
 		return nil, err
 	}
 	out = append(out, pw)
+	if strings.Contains(f.Transports(), "tcp") {
+		tw, err := tcpPlainWake(wakes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tw)
+	}
 	for r := 1; r < procs; r++ {
 		if err := f.CallService(src, r, hStop, nil, nil); err != nil {
 			return nil, err
@@ -196,18 +207,52 @@ func pipeWake(wakes int) (IdleResult, error) {
 	defer cmd.Wait()
 	defer in.Close()
 	b := make([]byte, 1)
-	var lat []float64
+	return afterIdle("pipe-wake", "pipe", wakes, func(int) error {
+		if _, err := in.Write(b); err != nil {
+			return fmt.Errorf("pipe peer: %w", err)
+		}
+		if _, err := io.ReadFull(out, b); err != nil {
+			return fmt.Errorf("pipe peer: %w", err)
+		}
+		return nil
+	})
+}
+
+// tcpPlainWake times one-byte round trips over a plain Go TCP connection
+// (loopback) to an echoing process idle for 100 ms before each: what Go's
+// own network stack, poller and scheduler take to wake a sleeping process,
+// the peer of a call over the tcp transport.
+func tcpPlainWake(wakes int) (IdleResult, error) {
+	c, done, err := acceptPeer(peerSpec{role: "echo", transport: "tcp", size: 1, n: wakes, reps: 1})
+	if err != nil {
+		return IdleResult{}, fmt.Errorf("tcp-plain peer: %w", err)
+	}
+	defer done()
+	b := make([]byte, 1)
+	return afterIdle("tcp-plain-wake", "tcp-plain", wakes, func(i int) error {
+		b[0] = byte(i)
+		if _, err := c.Write(b); err != nil {
+			return fmt.Errorf("tcp-plain peer: %w", err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil || b[0] != byte(i) {
+			return fmt.Errorf("tcp-plain peer: echo %d: %v (got %d)", i, err, b[0])
+		}
+		return nil
+	})
+}
+
+// afterIdle times wakes round trips, each after 100 ms of idling, and
+// returns their median and maximum as one result of mode and transport.
+func afterIdle(mode, transport string, wakes int, roundTrip func(i int) error) (IdleResult, error) {
+	lat := make([]float64, 0, wakes)
 	for i := 0; i < wakes; i++ {
 		time.Sleep(100 * time.Millisecond)
 		t := time.Now()
-		if _, err := in.Write(b); err != nil {
-			return IdleResult{}, fmt.Errorf("pipe peer: %w", err)
-		}
-		if _, err := io.ReadFull(out, b); err != nil {
-			return IdleResult{}, fmt.Errorf("pipe peer: %w", err)
+		if err := roundTrip(i); err != nil {
+			return IdleResult{}, fmt.Errorf("%s %d: %w", mode, i, err)
 		}
 		lat = append(lat, float64(time.Since(t).Nanoseconds()))
 	}
 	sort.Float64s(lat)
-	return IdleResult{Mode: "pipe-wake", Transport: "pipe", N: len(lat), P50ns: percentile(lat, 50), MaxNs: lat[len(lat)-1]}, nil
+	return IdleResult{Mode: mode, Transport: transport, N: len(lat), P50ns: percentile(lat, 50), MaxNs: lat[len(lat)-1]}, nil
 }

@@ -303,31 +303,40 @@ func TestLatencySmoke(t *testing.T) {
 
 // TestIdleMeasures runs mctsbench idle for real (two self-launched
 // processes, a 1 s window): one CPU share per rank, plausible for an idle
-// process, then the wake-up round trips.
+// process, then the wake-up round trips, with the plain Go TCP peer's over
+// tcp.
 func TestIdleMeasures(t *testing.T) {
-	args := []string{"idle", "-duration", "1s", "-wakes", "3", "-json"}
-	t.Setenv(microArgsEnv, strings.Join(args, " "))
-	var out, errb bytes.Buffer
-	if code := run(args, nil, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("want 2 idle lines, 1 wake line and 1 pipe-wake line, got %q", out.String())
-	}
-	for i, l := range lines {
-		var r IdleResult
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
-			t.Fatalf("bad line %q: %v", l, err)
-		}
-		switch {
-		case i < 2 && (r.Mode != "idle" || r.Rank != i || r.WindowS < 1 || r.CPUShare <= 0 || r.CPUShare > 1):
-			t.Fatalf("idle line %d: %+v", i, r)
-		case i == 2 && (r.Mode != "wake" || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
-			t.Fatalf("wake line: %+v", r)
-		case i == 3 && (r.Mode != "pipe-wake" || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
-			t.Fatalf("pipe-wake line: %+v", r)
-		}
+	for _, tc := range []struct {
+		transport string
+		modes     []string // after the two idle lines
+	}{
+		{"shm", []string{"wake", "pipe-wake"}},
+		{"tcp", []string{"wake", "pipe-wake", "tcp-plain-wake"}},
+	} {
+		t.Run(tc.transport, func(t *testing.T) {
+			args := []string{"idle", "-duration", "1s", "-wakes", "3", "-transport", tc.transport, "-json"}
+			t.Setenv(microArgsEnv, strings.Join(args, " "))
+			var out, errb bytes.Buffer
+			if code := run(args, nil, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 2+len(tc.modes) {
+				t.Fatalf("want 2 idle lines and %v, got %q", tc.modes, out.String())
+			}
+			for i, l := range lines {
+				var r IdleResult
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatalf("bad line %q: %v", l, err)
+				}
+				switch {
+				case i < 2 && (r.Mode != "idle" || r.Rank != i || r.Transport != tc.transport || r.WindowS < 1 || r.CPUShare <= 0 || r.CPUShare > 1):
+					t.Fatalf("idle line %d: %+v", i, r)
+				case i >= 2 && (r.Mode != tc.modes[i-2] || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
+					t.Fatalf("line %d: %+v, want mode %s", i, r, tc.modes[i-2])
+				}
+			}
+		})
 	}
 }
 
