@@ -9,7 +9,8 @@
 //	mctsbench scale   [-configs seq,1x1,1x2,2x1] [-visits V] [-moves M] [-png F] [-json]
 //	mctsbench report  [-dir bench-results] [-doc docs/benchmarks.md] [-img docs/img]
 //	mctsbench soak    [-procs 3] [-threads 2] [-duration 30s] [-transport shm|tcp|ofi] [-json]
-//	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-transport shm|tcp|ofi] [-json]
+//	mctsbench idle    [-procs 2] [-duration 10s] [-hot D] [-wakes 20] [-transport shm|tcp|ofi] [-json]
+//	                  (idle CPU, then calls after 100 ms idle beside a plain pipe, and plain Go TCP over tcp)
 //	mctsbench conn    [-modes conn,unix,tcp] [-n N] [-stream-sizes 64,4096,65536] [-json]
 //	mctsbench rdmo    [-transports shm,tcp] [-initiators 1,4] [-n N] [-json]
 //	mctsbench shuffle repartition|broadcast|join [-procs 2] [-threads 1] [-impl wr,rd,sr,socket,memcpy]
