@@ -36,9 +36,9 @@ setup:
 # late transport, which runs the whole protocol) and the messenger
 # sequence test (10 M calls per sender) also run at full size without the
 # race detector, which would make them take many minutes; so does the
-# doorbell's lost-wake-up test, whose race only the plain stores of a
-# build without the race detector can show (dtutils/release_amd64.go); then a 30-second
-# soak of every primitive, and the bench/peers module's own tests. The
+# doorbell's lost-wake-up test, whose race only the plain stores of a build
+# without the race detector can show (dtutils/release_amd64.go). Then a
+# 30-second soak of every primitive, and the bench/peers module's own tests. The
 # ofi provider (build tag ofi, libfabric) is tested by scripts/test-ofi.sh.
 test: setup lint $(BIN)/mctsbench
 	GO=$(GO) sh scripts/gotest.sh $(TESTFLAGS) ./...

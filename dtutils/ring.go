@@ -262,9 +262,10 @@ func (r *ring) sleep(d time.Duration, ready func() bool) {
 // pass the entry's store still in the store buffer, each side misses the
 // other, and the sleeper sleeps out its timeout (50 ms for a worker) with
 // the entry waiting. TestDoorbellNoLostWakeup saw a few in every 300 000
-// hand-offs before the fence; a stream pays nothing measurable for it
-// (BenchmarkRingStream, BenchmarkSendRecv: within noise), since the
-// previous enqueue already prefetched the cell's line for writing.
+// hand-offs before the fence. The fence waits for the entry's store, whose
+// line the previous enqueue prefetched for writing: BenchmarkRingStream and
+// BenchmarkSendRecv moved within noise, micro's send at most a few per cent
+// (64 B, interleaved rounds).
 func (r *ring) wake() {
 	storeLoadFence()
 	if r.sleepers().Load() > 0 {
