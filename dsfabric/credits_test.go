@@ -344,9 +344,13 @@ func TestPollInHandler(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			const n = 200
 			var next, bad, nestedRan atomic.Int64
-			var routed atomic.Bool
-			var hSeq HandlerID
+			var routed, started atomic.Bool
+			var hSeq, hStarted HandlerID
 			reg := func(h *Handlers) {
+				hStarted, _ = h.Register("started", func(*Call, []byte) ([]byte, error) {
+					started.Store(true)
+					return nil, nil
+				})
 				hSeq, _ = h.Register("seq", func(c *Call, a []byte) ([]byte, error) {
 					i := int64(binary.LittleEndian.Uint32(a))
 					if next.Load() != i {
@@ -354,6 +358,12 @@ func TestPollInHandler(t *testing.T) {
 					}
 					next.Store(i + 1)
 					if i == 0 {
+						// Only now may the caller send the others: sent
+						// at once, they could all arrive before the
+						// worker's first Poll and be taken with call 0.
+						if err := c.Fabric.Call(c.Dst, c.Src, hStarted, nil, nil); err != nil {
+							bad.Add(1)
+						}
 						w := c.Fabric.Worker(c.Fabric.Names().ThreadRank(c.Dst))
 						for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && !w.in.pending(); {
 							nestedRan.Add(int64(w.Poll()))
@@ -373,6 +383,12 @@ func TestPollInHandler(t *testing.T) {
 						binary.LittleEndian.PutUint32(a, uint32(i))
 						if err := f.Call(me, dst, hSeq, a, nil); err != nil {
 							t.Fatal(err)
+						}
+						for end := time.Now().Add(10 * time.Second); i == 0 && !started.Load(); {
+							if time.Now().After(end) {
+								t.Fatal("call 0's handler never said it started")
+							}
+							time.Sleep(100 * time.Microsecond)
 						}
 					}
 				} else {
