@@ -384,11 +384,13 @@ func TestPollInHandler(t *testing.T) {
 						if err := f.Call(me, dst, hSeq, a, nil); err != nil {
 							t.Fatal(err)
 						}
-						for end := time.Now().Add(10 * time.Second); i == 0 && !started.Load(); {
+						if i > 0 {
+							continue
+						}
+						for end := time.Now().Add(10 * time.Second); !started.Load(); time.Sleep(100 * time.Microsecond) {
 							if time.Now().After(end) {
 								t.Fatal("call 0's handler never said it started")
 							}
-							time.Sleep(100 * time.Microsecond)
 						}
 					}
 				} else {

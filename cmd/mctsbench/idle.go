@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/seriema-go/seriema/dsfabric"
@@ -151,7 +150,7 @@ func runIdle(procs int, window, hot time.Duration, transport string, wakes int, 
 		return nil, err
 	}
 	out = append(out, pw)
-	if strings.Contains(f.Transports(), "tcp") {
+	if f.Transport(1) == "tcp" { // the transport the calls above crossed
 		tw, err := tcpPlainWake(wakes)
 		if err != nil {
 			return nil, err
