@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -151,6 +152,25 @@ type engine struct {
 	transport string
 }
 
+// searchGCPercent is the collector's target for a search process unless
+// GOGC is set. A search allocates a node and a state per rollout (about
+// 800 bytes) and keeps a small live heap, so at GOGC=100 each process of
+// a 2×1 job collected about 20 times in a 4-move benchmark, every cycle
+// stopping its worker thread. At 200, twelve interleaved rounds of `scale
+// -configs 1x1,2x1` ran 2×1 faster in 11 (medians +4.5 %), 1×1 and seq
+// unchanged; at 800 seq and 1×1 lost 15–30 % to first touches of fresh
+// pages (docs/benchmarks.md). Every configuration of `scale`, seq
+// included, runs with the same setting.
+const searchGCPercent = 200
+
+// searchGC sets the collector's target for a search process, unless the
+// user chose one with GOGC.
+func searchGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(searchGCPercent)
+	}
+}
+
 // startEngine starts the search; searchNs must hold the total search time
 // when close is called (for the shares of time per thread).
 func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, stderr io.Writer) (*engine, error) {
@@ -158,6 +178,7 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 	if err != nil {
 		return nil, err
 	}
+	searchGC()
 	if o.seq {
 		e := &engine{rank0: true}
 		var work ThreadWork

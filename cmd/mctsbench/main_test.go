@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -612,5 +615,35 @@ func TestMedianShuffle(t *testing.T) {
 	rs = []ShuffleResult{{Pattern: "repartition", GBPerSPerProc: 4, OK: true}, {Pattern: "repartition", GBPerSPerProc: 1, OK: true}}
 	if m := medianShuffle(rs); m.GBPerSPerProc != 2.5 || m.Min != 1 || m.Max != 4 || !m.OK {
 		t.Errorf("repartition: %+v, want median 2.5 in [1, 4], ok", m)
+	}
+}
+
+// The search commands raise the collector's target unless GOGC chooses one.
+func TestSearchGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	start := func() {
+		t.Helper()
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		var o demoOpts
+		demoFlags(fs, &o)
+		if err := fs.Parse([]string{"-seq"}); err != nil {
+			t.Fatal(err)
+		}
+		var ns int64
+		e, err := startEngine(o, nil, &ns, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.close()
+	}
+	t.Setenv("GOGC", "")
+	start()
+	if got := debug.SetGCPercent(100); got != searchGCPercent {
+		t.Fatalf("GOGC unset: a search runs with the collector's target at %d %%, want %d", got, searchGCPercent)
+	}
+	t.Setenv("GOGC", "150")
+	start()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC=150: the search changed the collector's target to %d %%; the user's choice must stand", got)
 	}
 }
