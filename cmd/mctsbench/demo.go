@@ -153,14 +153,12 @@ type engine struct {
 }
 
 // searchGCPercent is the collector's target for a search process unless
-// GOGC is set. A search allocates a node and a state per rollout (about
-// 800 bytes) and keeps a small live heap, so at GOGC=100 each process of
-// a 2×1 job collected about 20 times in a 4-move benchmark, every cycle
-// stopping its worker thread. At 200, twelve interleaved rounds of `scale
-// -configs 1x1,2x1` ran 2×1 faster in 11 (medians +4.5 %), 1×1 and seq
-// unchanged; at 800 seq and 1×1 lost 15–30 % to first touches of fresh
-// pages (docs/benchmarks.md). Every configuration of `scale`, seq
-// included, runs with the same setting.
+// GOGC is set. A search allocates a node and a state per rollout and keeps
+// a small live heap, so at the default each process of a 2×1 job collected
+// about 20 times in six moves, every cycle stopping its worker thread;
+// the measurements behind 200 (and against 800) are in docs/benchmarks.md,
+// "The collector's target for searches". startEngine sets it, so every
+// configuration of `scale`, seq included, runs alike.
 const searchGCPercent = 200
 
 // searchGC sets the collector's target for a search process, unless the
