@@ -710,6 +710,61 @@ func TestHandoutSliceKeepsItsSlot(t *testing.T) {
 	}
 }
 
+// TestUnitWaitsForItsLatestTag: segments of one unit tagged out of order
+// (a later segment's operation numbered before an earlier one's) keep the
+// unit until the highest of their operations has completed, whatever the
+// order of the tags.
+func TestUnitWaitsForItsLatestTag(t *testing.T) {
+	_, z := newZone(t, 8<<20, 64<<10)
+	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 1, MaxUnits: 1, Align: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr tracker
+	a, _ := lc.Alloc(128)
+	b, _ := lc.Alloc(128)
+	b.Tag(&tr, 9)
+	a.Tag(&tr, 4) // older: must not lower the unit's tag
+	tr.done.Store(5)
+	if a.Reusable() {
+		t.Fatal("unit reusable once operation 4 completed, though a segment of it waits for operation 9")
+	}
+	if _, err := lc.Alloc(8); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Alloc while operation 9 is in flight = %v, want ErrBusy", err)
+	}
+	tr.done.Store(10)
+	if m, err := lc.Alloc(8); err != nil || m.Offset() != a.Offset() {
+		t.Fatalf("after operation 9 completed: %v at %d, want the unit back at %d", err, m.Offset(), a.Offset())
+	}
+}
+
+// TestUnitRecyclesIndefinitely: a ring of one unit reused a thousand times
+// hands out segments each time; a unit's handout count restarts at each
+// reuse, or its record of settled handouts would run out and the unit
+// would never come back.
+func TestUnitRecyclesIndefinitely(t *testing.T) {
+	_, z := newZone(t, 8<<20, 64<<10)
+	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 1, MaxUnits: 1, Align: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr tracker
+	tr.done.Store(1 << 40)
+	for round := 0; round < 1000; round++ {
+		for i := 0; i < 4; i++ { // 4 × 64 B: the whole unit
+			m, err := lc.Alloc(64)
+			if err != nil {
+				t.Fatalf("round %d, segment %d: %v", round, i, err)
+			}
+			if i%2 == 0 {
+				m.Done()
+			} else {
+				m.Tag(&tr, uint64(round))
+			}
+		}
+	}
+}
+
 // TestCircularConfigLimits: the documented bounds of UnitSize.
 func TestCircularConfigLimits(t *testing.T) {
 	for _, c := range []CircularConfig{

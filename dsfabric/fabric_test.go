@@ -394,6 +394,7 @@ func FuzzCallMessage(f *testing.F) {
 	hello := make([]byte, callHeader+locSize)
 	(&callHdr{kind: kindCredit, args: locSize}).put(hello)
 	f.Add(hello)
+	f.Add(append(b, 0)) // a byte past the header's arguments and buffer
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, args, tail, err := parseCall(data)
 		if err != nil {
@@ -402,7 +403,7 @@ func FuzzCallMessage(f *testing.F) {
 			}
 			return
 		}
-		if callHeader+len(args)+len(tail) != len(data) || int(h.args) != len(args) {
+		if callHeader+len(args)+len(tail) != len(data) || int(h.args) != len(args) || int(h.buf) != len(tail) {
 			t.Fatalf("split %d+%d of %d bytes", len(args), len(tail), len(data))
 		}
 		again := make([]byte, callHeader)
@@ -422,6 +423,8 @@ func FuzzCoordinatorMessages(f *testing.F) {
 	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 1, ep: []byte{1, 2}}}))
 	f.Add(encodeRanks(msgReach, []int{0, 3}))
 	f.Add(encodeRanks(msgPlan, nil))
+	f.Add(encodeRanks(msgReach, []int{1, 4})) // rank 4 of a job of 4
+	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 4, ep: []byte{1}}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const size = 4
 		h, herr := decodeHello(data)
@@ -432,6 +435,16 @@ func FuzzCoordinatorMessages(f *testing.F) {
 		for _, err := range []error{herr, terr, eerr, rerr, perr} {
 			if err != nil && !errors.Is(err, ErrBadMessage) {
 				t.Fatalf("error without ErrBadMessage: %v", err)
+			}
+		}
+		for _, r := range append(rr, pr...) {
+			if r < 0 || r >= size {
+				t.Fatalf("rank %d accepted in a job of %d", r, size)
+			}
+		}
+		for _, e := range es {
+			if e.peer >= size {
+				t.Fatalf("an endpoint of rank %d accepted in a job of %d", e.peer, size)
 			}
 		}
 		for name, ok := range map[string]bool{

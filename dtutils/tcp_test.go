@@ -419,6 +419,9 @@ func TestTCPMalformedFramesFromPeer(t *testing.T) {
 		{"payload over MaxTransfer", func(p fakePeer) frame {
 			return frame{op: uint8(OpSend), payload: 1<<31 + 1}
 		}, 0},
+		{"call reply capacity over MaxTransfer", func(p fakePeer) frame {
+			return frame{op: uint8(OpCall), flags: flagSignaled, wrid: 7, length: 1<<31 + 1, payload: 8}
+		}, 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := newFakePeer(t)

@@ -23,6 +23,9 @@ func TestWireRoundTrip(t *testing.T) {
 		if _, err := decode(k, b[:len(b)-1]); !errors.Is(err, ErrMessage) {
 			t.Errorf("%s: short call accepted: %v", kindNames[k], err)
 		}
+		if _, err := decode(k, append(b, 0)); !errors.Is(err, ErrMessage) {
+			t.Errorf("%s: call with a trailing byte accepted: %v", kindNames[k], err)
+		}
 	}
 	if _, err := decode(numKinds, nil); !errors.Is(err, ErrMessage) {
 		t.Error("unknown kind accepted")

@@ -3,6 +3,7 @@ package rconn
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,11 +27,21 @@ func newBell() (*bell, error) {
 	return &bell{r: os.NewFile(uintptr(p[0]), "rconn-bell"), wfd: p[1]}, nil
 }
 
-// wait parks until the bell rings, dl passes (zero: 1 s, so that a lost
-// ring costs a second, not forever) or the bell is closed; it drains the
-// rings that woke it.
+// lostRingWait bounds a wait on a bell (nanoseconds, one second), so that
+// a lost ring costs that long, not forever. A variable only so that a
+// test can lengthen it and see a missing ring as a hang; atomic because
+// waiters of earlier tests may still be reading it.
+var lostRingWait = func() *atomic.Int64 {
+	var v atomic.Int64
+	v.Store(int64(time.Second))
+	return &v
+}()
+
+// wait parks until the bell rings, dl passes (zero, or later than
+// lostRingWait from now: lostRingWait) or the bell is closed; it drains
+// the rings that woke it.
 func (b *bell) wait(dl time.Time) {
-	if d := time.Now().Add(time.Second); dl.IsZero() || dl.After(d) {
+	if d := time.Now().Add(time.Duration(lostRingWait.Load())); dl.IsZero() || dl.After(d) {
 		dl = d
 	}
 	b.r.SetReadDeadline(dl)

@@ -35,7 +35,12 @@ var pairs = []struct {
 // pair returns two connected ends, client and server.
 func pair(t testing.TB, network string, rings bool) (net.Conn, net.Conn) {
 	t.Helper()
-	cfg := Config{DisableRings: !rings, Logger: quiet}
+	return pairWith(t, network, Config{DisableRings: !rings, Logger: quiet})
+}
+
+// pairWith returns two connected ends made with cfg.
+func pairWith(t testing.TB, network string, cfg Config) (net.Conn, net.Conn) {
+	t.Helper()
 	addr := "127.0.0.1:0"
 	if network == "unix" {
 		addr = filepath.Join(t.TempDir(), "s")
@@ -282,4 +287,116 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
+}
+
+// TestSleepersAreRung: a reader asleep for data is woken by the write that
+// brings it, and a writer asleep for room by the read that frees it — by
+// the peer's ring, not by the bell's one-second safety net, which this
+// test lengthens past the deadlines so that a missing ring fails it.
+func TestSleepersAreRung(t *testing.T) {
+	saved := lostRingWait.Swap(int64(time.Minute))
+	t.Cleanup(func() { lostRingWait.Store(saved) })
+	forPairs(t, func(t *testing.T, c, s net.Conn) {
+		const wait = 20 * time.Second
+		// The reader is asleep (its 50 µs of polling long over) when the
+		// byte comes.
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			c.Write([]byte{7})
+		}()
+		s.SetReadDeadline(time.Now().Add(wait))
+		var one [1]byte
+		if n, err := s.Read(one[:]); n != 1 || err != nil || one[0] != 7 {
+			t.Fatalf("a sleeping reader, woken by a write: %d %v", n, err)
+		}
+		// The writer fills the ring (1 MiB) and sleeps for room; the
+		// reader starts once it is asleep.
+		data := bytes.Repeat([]byte("room"), 1<<20) // 4 MiB
+		c.SetWriteDeadline(time.Now().Add(wait))
+		werr := make(chan error, 1)
+		go func() {
+			_, err := c.Write(data)
+			werr <- err
+		}()
+		time.Sleep(30 * time.Millisecond)
+		got := make([]byte, len(data))
+		if _, err := io.ReadFull(s, got); err != nil {
+			t.Fatalf("reading what a sleeping writer wrote: %v", err)
+		}
+		if err := <-werr; err != nil {
+			t.Fatalf("a writer asleep for room: %v", err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatal("the data differ")
+		}
+	})
+}
+
+// TestRecordBeyondRing: a record header whose length runs past the ring
+// (a broken or hostile peer) is a protocol error for the reader, not a
+// read outside the shared memory.
+func TestRecordBeyondRing(t *testing.T) {
+	for _, quarter := range []bool{false, true} {
+		c, s := pair(t, "unix", true)
+		cw, sr := c.(*Conn), s.(*Conn)
+		n := uint32(cw.tx.size) // past the ring's end
+		if quarter {
+			n = uint32(cw.tx.size/4) + 1 // inside the ring, past a record's bound
+		}
+		cw.wmu.Lock()
+		cw.tx.word(cw.tail & cw.tx.mask).Store(validity(cw.tail, n))
+		cw.wmu.Unlock()
+		sr.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := sr.Read(make([]byte, 64)); !errors.Is(err, ErrProtocol) {
+			t.Fatalf("a record of %d bytes in a %d-byte ring: %v, want ErrProtocol", n, cw.tx.size, err)
+		}
+	}
+}
+
+// TestWrapWaitsForTheLapBefore: a writer that must wrap at the ring's end
+// writes its wrap marker only where the reader has consumed the lap
+// before. Records of 3/16 of the ring: five fill a lap but its last
+// sixteenth, which the writer skips with a wrap marker; the reader stops
+// just before that marker, the writer fills the next lap, and a further
+// write must then wait rather than put its marker over the one the reader
+// has not yet passed, which would leave the reader stuck at it.
+func TestWrapWaitsForTheLapBefore(t *testing.T) {
+	c, s := pairWith(t, "unix", Config{RingBytes: minRing, Logger: quiet})
+	u := minRing / 16
+	rec := make([]byte, 3*u-recordHeader)
+	for i := range rec {
+		rec[i] = byte(i)
+	}
+	write := func(n int, dl time.Duration) error {
+		c.SetWriteDeadline(time.Now().Add(dl))
+		for i := 0; i < n; i++ {
+			if _, err := c.Write(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	read := func(n int) {
+		t.Helper()
+		s.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got := make([]byte, len(rec))
+		for i := 0; i < n; i++ {
+			if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, rec) {
+				t.Fatalf("record %d: %v", i, err)
+			}
+		}
+	}
+	if err := write(5, 10*time.Second); err != nil { // lap 0: [0, 15/16)
+		t.Fatal(err)
+	}
+	// The reader stops before lap 0's wrap marker; lap 1 then starts with
+	// that marker and fills [0, 15/16) again.
+	read(5)
+	if err := write(5, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(1, 50*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a write into a full ring: %v, want the deadline", err)
+	}
+	read(5)
 }

@@ -41,6 +41,26 @@ func testType(release <-chan struct{}, entered chan<- struct{}) Type {
 		{Name: "engine-code", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
 			return CodeBadMethod, 0 // a method may not claim an engine code
 		}},
+		{Name: "steps", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			for i := 0; i < 1000; i++ { // ten times its budget, then it would return
+				x.Step()
+			}
+			return OK, 0
+		}},
+		{Name: "fill", MaxInput: 0, MaxOutput: 4, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			for i := range out { // the room it is given, which is MaxOutput at most
+				out[i] = 0xa5
+			}
+			return OK, len(out)
+		}},
+		{Name: "overclaim", MaxInput: 0, MaxOutput: 4, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			return OK, len(out) + 1
+		}},
+		{Name: "read-past-end", MaxInput: 0, MaxOutput: 0, MaxCost: 100, Body: func(x *Ctx, in, out []byte) (Code, int) {
+			var b [8]byte
+			x.Read(x.Len()-4, b[:])
+			return OK, 0
+		}},
 	}}
 }
 
@@ -71,7 +91,18 @@ func TestSection3_1_Failures(t *testing.T) {
 		check("unknown id", Capability{Process: 0, ID: good.ID + 1000, Secret: good.Secret}, 0, nil, CodeBadCapability, ErrBadCapability)
 		check("unknown method", good, 99, nil, CodeBadMethod, ErrBadMethod)
 		check("input beyond MaxInput", good, 0, make([]byte, 17), CodeInputTooLarge, ErrInputTooLarge)
+		// Before the endless spin, which a budget that does not stop it
+		// would turn into a hang (so fatal): a method that would return
+		// after ten times its budget is stopped at its budget.
+		if code, _, err := c.Do(ctx, good, 6, nil); code != CodeOverBudget || !errors.Is(err, ErrOverBudget) {
+			t.Fatalf("a method running ten times its budget: %v %v; want %v, %v", code, err, CodeOverBudget, ErrOverBudget)
+		}
 		check("over budget", good, 1, nil, CodeOverBudget, ErrOverBudget)
+		if code, out, err := c.Do(ctx, good, 7, nil); code != OK || err != nil || len(out) != 4 {
+			t.Errorf("a method filling its output: %v, %d bytes, %v; want OK and MaxOutput (4) bytes", code, len(out), err)
+		}
+		check("more output claimed than room", good, 8, nil, CodeFault, ErrFault)
+		check("a read across the instance's end", good, 9, nil, CodeFault, ErrFault)
 		check("out of bounds", good, 2, nil, CodeFault, ErrFault)
 		check("panic", good, 3, nil, CodeFault, ErrFault)
 		check("engine code from a method", good, 5, nil, CodeFault, ErrFault)

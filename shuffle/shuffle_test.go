@@ -1105,3 +1105,115 @@ func TestSection5_RDForgedDescriptor(t *testing.T) {
 		}
 	}
 }
+
+// TestSection4_2_ReceiverTakesInTurn (seed 004 §4.2, GETDATA over several
+// sources): while two sources both have buffers waiting, a receiver
+// returns them in turn, so that one fast source cannot hold the consumer
+// while another's buffers (and its sender's window) wait; a buffer
+// released twice is an error, and the second release credits nothing.
+func TestSection4_2_ReceiverTakesInTurn(t *testing.T) {
+	for _, d := range []Design{WR, RD, SR} {
+		t.Run(d.String(), func(t *testing.T) {
+			const each = 3
+			j := newJob(t, transports[0].make, 2, 1, 1, Config{Design: d, BufferBytes: 256, Depth: 4})
+			ctx := testCtx(t)
+			for r := 0; r < 2; r++ {
+				s := j.senders[r][0]
+				for i := 0; i < each; i++ {
+					b, err := s.Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b.Data = append(b.Data, byte(r), byte(i))
+					if err := s.PutData(ctx, b, []int{0}, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			rc := j.receivers[0][0]
+			if d != SR {
+				// Every buffer in its slot before the first GetData: the
+				// order below is then the receiver's choice alone.
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					rc.mu.Lock()
+					all := rc.arrived(rc.srcs[0], each) && rc.arrived(rc.srcs[1], each)
+					rc.mu.Unlock()
+					if all {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the buffers did not arrive")
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			var order []int
+			var first In
+			for i := 0; i < 2*each; i++ {
+				in, err := rc.GetData(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(in.Data) != 2 || int(in.Data[0]) != in.Src {
+					t.Fatalf("buffer %x from source %d", in.Data, in.Src)
+				}
+				order = append(order, in.Src)
+				if i == 0 {
+					first = in
+				} else if err := rc.Release(in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d != SR {
+				for i := 1; i < len(order); i++ {
+					if order[i] == order[i-1] {
+						t.Fatalf("sources taken %v: one twice in a row while the other had buffers waiting", order)
+					}
+				}
+			}
+			if err := rc.Release(first); err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.Release(first); !errors.Is(err, ErrBadBuffer) {
+				t.Fatalf("second Release of one buffer = %v, want ErrBadBuffer", err)
+			}
+		})
+	}
+}
+
+// TestSection5_RDBufferHeldUntilConsumed: with RD the receiver reads the
+// sender's buffer when it takes it, so the sender hands that buffer out
+// again only once the receiver has consumed it: two buffers put before
+// the receiver takes either arrive as they were filled.
+func TestSection5_RDBufferHeldUntilConsumed(t *testing.T) {
+	for _, tr := range transports[:2] {
+		t.Run(tr.name, func(t *testing.T) {
+			j := newJob(t, tr.make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 4})
+			ctx := testCtx(t)
+			s := j.senders[0][0]
+			for _, rec := range []string{"first", "second"} {
+				b, err := s.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.AppendRecord([]byte(rec))
+				if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, want := range []string{"first", "second"} {
+				in, err := j.receivers[1][0].GetData(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := string(in.Data[recordHeader:]); got != want {
+					t.Fatalf("received %q, want %q: the sender reused a buffer the receiver had not read", got, want)
+				}
+				if err := j.receivers[1][0].Release(in); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
