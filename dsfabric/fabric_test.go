@@ -241,6 +241,13 @@ func TestMisuse(t *testing.T) {
 		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "unknown handler") {
 			t.Fatalf("CallReturn to an unknown handler: %v", err)
 		}
+		// A call that reaches a rank but names a thread of another (here
+		// the caller's own thread, sent to the other rank; from rank 1 that
+		// is the thread just past rank 0's last) is refused, not run.
+		_, err = f.callReturn(ctx, 1-f.Rank(), callHdr{kind: kindCall, flags: flagReply, handler: hEcho, src: uint32(me), dst: uint32(me)}, []byte("x"))
+		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "is not in rank") {
+			t.Fatalf("a call for thread %d sent to rank %d: %v", me, 1-f.Rank(), err)
+		}
 		if err := f.Call(me, other, IDOf("no-such-handler"), nil, nil); err != nil {
 			t.Fatal(err)
 		}

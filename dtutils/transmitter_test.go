@@ -187,6 +187,13 @@ func TestTransmitterFailure(t *testing.T) {
 			if err := tx.Write(src, good); !errors.Is(err, ErrRemoteAccess) {
 				t.Fatalf("post after failure = %v", err)
 			}
+			// A signaled operation that fails returns its own failure, on
+			// a Transmitter that had none before.
+			tx2, _ := NewTransmitter(a.qp, 1024, TransmitterConfig{})
+			dst, _ := a.buf.Memory(512, 8)
+			if err := tx2.Read(ctx, dst, bad); !errors.Is(err, ErrRemoteAccess) {
+				t.Fatalf("a Read from a locator with a wrong key = %v, want ErrRemoteAccess", err)
+			}
 		})
 	}
 }

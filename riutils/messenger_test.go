@@ -20,6 +20,10 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // seqOps is the number of calls per sender in the sequence tests: 10 M when
 // SERIEMA_FULL is set (make test runs that without the race detector),
 // fewer otherwise.
+// stallLimit is how long a sequence test's receiver waits without a new
+// call before it reports the calls lost.
+const stallLimit = 15 * time.Second
+
 func seqOps() int {
 	if os.Getenv("SERIEMA_FULL") != "" {
 		return 10_000_000
@@ -50,10 +54,18 @@ func job(t testing.TB, procs, threads int, transport string, cfg Config, reg fun
 		t.Fatal(err)
 	}
 	f := j.Fabric
+	failed := false
 	for i := 0; i < threads; i++ {
 		if err := <-errs; err != nil {
 			t.Errorf("rank %d: %v", f.Rank(), err)
+			failed = true
 		}
+	}
+	if failed {
+		// No barrier: ranks stuck on what failed here would hold it for
+		// its whole timeout. Leaving is what ends them (the peer died).
+		f.Close()
+		t.FailNow()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -194,8 +206,14 @@ func sequenceJob(t *testing.T, mode, tr string, senders int) {
 			}
 			return flush()
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for seq.total.Load() < int64(senders*n) && time.Now().Before(deadline) {
+		// Lost calls show as a stall: give up when no call has arrived for
+		// stallLimit (a healthy run delivers thousands a second, even
+		// under the race detector), not after a bound on the whole run.
+		last, since := int64(-1), time.Now()
+		for seq.total.Load() < int64(senders*n) && time.Since(since) < stallLimit && m.Err() == nil {
+			if got := seq.total.Load(); got != last {
+				last, since = got, time.Now()
+			}
 			if m.Poll() == 0 {
 				time.Sleep(10 * time.Microsecond)
 			}

@@ -661,6 +661,10 @@ func FuzzAllocMessages(f *testing.F) {
 	f.Add(allocReq{src: 3, dst: 4, count: 2, size: 1 << 20, feedback: loc}.marshal())
 	reply, _ := loc.AppendBinary(appendAllocReply(nil, 1))
 	f.Add(reply)
+	for _, bad := range []alloc.Locator{{RegionRef: loc.RegionRef, Length: 16, Key: 9}, {RegionRef: alloc.RegionRef{Process: 2, Region: 2}, Length: 8, Key: 9}} {
+		b, _ := bad.AppendBinary(appendAllocReply(nil, 1)) // a chunk of the wrong size, or elsewhere
+		f.Add(b)
+	}
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := parseAllocReq(b); err == nil {
@@ -671,10 +675,20 @@ func FuzzAllocMessages(f *testing.F) {
 			t.Fatalf("request error not wrapping ErrProtocol: %v", err)
 		}
 		for want := 0; want <= 2; want++ {
-			if locs, err := parseAllocReply(b, want); err == nil && len(locs) != want {
+			locs, err := parseAllocReply(b, want, 8, 1)
+			if err != nil {
+				if !errors.Is(err, ErrProtocol) {
+					t.Fatalf("reply error not wrapping ErrProtocol: %v", err)
+				}
+				continue
+			}
+			if len(locs) != want {
 				t.Fatalf("reply of %d locators for %d", len(locs), want)
-			} else if err != nil && !errors.Is(err, ErrProtocol) {
-				t.Fatalf("reply error not wrapping ErrProtocol: %v", err)
+			}
+			for _, l := range locs {
+				if l.Length != 8 || l.Process != 1 {
+					t.Fatalf("accepted a chunk %v: want 8 bytes of rank 1", l)
+				}
 			}
 		}
 	})

@@ -105,16 +105,7 @@ func (s *sender) allocate(k int) ([]alloc.Locator, error) {
 	if err != nil {
 		return nil, err
 	}
-	locs, err := parseAllocReply(out, k)
-	if err != nil {
-		return nil, err
-	}
-	for i := range locs {
-		if int(locs[i].Length) != cfg.ChunkSize || locs[i].Process != uint32(s.rank) {
-			return nil, fmt.Errorf("%w: chunk %v for rank %d", ErrProtocol, locs[i], s.rank)
-		}
-	}
-	return locs, nil
+	return parseAllocReply(out, k, cfg.ChunkSize, uint32(s.rank))
 }
 
 // failed names the destination in a transport error, so that a caller

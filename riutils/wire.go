@@ -236,8 +236,10 @@ func appendAllocReply(b []byte, count int) []byte {
 	return binary.LittleEndian.AppendUint32(b, uint32(count))
 }
 
-// parseAllocReply decodes a reply that must carry want chunks.
-func parseAllocReply(b []byte, want int) ([]alloc.Locator, error) {
+// parseAllocReply decodes a reply that must carry want chunks of size
+// bytes, each in the memory of rank (the receiver that granted them: a
+// chunk anywhere else would have the sender write there).
+func parseAllocReply(b []byte, want, size int, rank uint32) ([]alloc.Locator, error) {
 	if len(b) < 4 || int(binary.LittleEndian.Uint32(b)) != want || len(b) != 4+32*want {
 		return nil, fmt.Errorf("%w: allocation reply of %d bytes for %d chunks", ErrProtocol, len(b), want)
 	}
@@ -245,6 +247,9 @@ func parseAllocReply(b []byte, want int) ([]alloc.Locator, error) {
 	for i := range locs {
 		if err := locs[i].UnmarshalBinary(b[4+32*i : 4+32*(i+1)]); err != nil {
 			return nil, fmt.Errorf("%w: allocation reply: %w", ErrProtocol, err)
+		}
+		if locs[i].Length != uint64(size) || locs[i].Process != rank {
+			return nil, fmt.Errorf("%w: chunk %v granted by rank %d, want %d bytes there", ErrProtocol, locs[i], rank, size)
 		}
 	}
 	return locs, nil
