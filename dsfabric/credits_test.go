@@ -103,6 +103,7 @@ func TestSection3_2_CallsInHandlers(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			const chains, hops = 64, 200
 			var done atomic.Int64
+			var hopErr atomic.Pointer[error] // a hop's Call failed: its chain ended there
 			var hPing HandlerID
 			reg := func(h *Handlers) {
 				hPing, _ = h.Register("ping", func(c *Call, a []byte) ([]byte, error) {
@@ -113,7 +114,11 @@ func TestSection3_2_CallsInHandlers(t *testing.T) {
 					}
 					binary.LittleEndian.PutUint32(a, left-1)
 					other, _ := c.Fabric.Names().Thread(1-c.Fabric.Rank(), 0)
-					return nil, c.Fabric.Call(c.Dst, other, hPing, a, nil)
+					err := c.Fabric.Call(c.Dst, other, hPing, a, nil)
+					if err != nil {
+						hopErr.CompareAndSwap(nil, &err)
+					}
+					return nil, err
 				})
 			}
 			jobWith(t, Config{Procs: 2, ThreadsPerProcess: 1, Transport: tr, RecvBuffers: 2}, reg, func(t *testing.T, f *Fabric) {
@@ -132,12 +137,18 @@ func TestSection3_2_CallsInHandlers(t *testing.T) {
 				// ofi under -race on an idle 2-core machine), and CI runs
 				// other packages' tests beside this one (there it once ran
 				// out of 30 s with 4 of 64 chains ended).
+				// A failed hop or a dead peer ends the wait at once: the
+				// chains cannot all end then.
 				deadline := time.Now().Add(2 * time.Minute)
-				for done.Load() != chains && time.Now().Before(deadline) {
+				for done.Load() != chains && time.Now().Before(deadline) && hopErr.Load() == nil && f.DeadErr() == nil {
 					time.Sleep(time.Millisecond)
 				}
 				if n := done.Load(); n != chains {
-					t.Fatalf("rank %d: %d of %d call chains ended", f.Rank(), n, chains)
+					var err error
+					if e := hopErr.Load(); e != nil {
+						err = *e
+					}
+					t.Fatalf("rank %d: %d of %d call chains ended (a hop: %v; peers: %v)", f.Rank(), n, chains, err, f.DeadErr())
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()

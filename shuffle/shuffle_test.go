@@ -794,6 +794,40 @@ func TestSRForgedSource(t *testing.T) {
 	}
 }
 
+// TestSRForgedCredit: an SR credit names the destination it is for by
+// index; one from another process (here process 2, naming process 1's
+// connection, to widen that window) is ignored, and the genuine credit
+// that follows it counts.
+func TestSRForgedCredit(t *testing.T) {
+	j := newJob(t, transports[1].make, 3, 1, 1, Config{Design: SR, BufferBytes: 256, Depth: 4})
+	s := j.senders[0][0]
+	send := func(from int, consumed uint64) {
+		t.Helper()
+		src := j.receivers[from][0].srcs[0] // its connection from process 0's sender
+		w, _ := src.words.Slice(0, creditBytes)
+		binary.LittleEndian.PutUint64(w.Bytes(), packCredit(consumed, 4))
+		if err := src.qp.Post(dtutils.WorkRequest{Op: dtutils.OpSend, Local: w, Imm: srImm(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(2, 1000) // forged: process 2 speaks for destination 1
+	send(1, 1)    // genuine
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		s.pollCredits()
+		consumed, _ := unpackCredit(s.conns[1].credit.Load())
+		s.mu.Unlock()
+		if consumed == 1 {
+			return
+		}
+		if consumed != 0 || time.Now().After(deadline) {
+			t.Fatalf("destination 1's credit counts %d consumed, want the genuine 1 (the forged one said 1000)", consumed)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestMalformedRecords: a buffer whose records do not parse (a sender
 // that wrote its buffer by hand) fails Next with ErrBadBuffer after the
 // records before the damage, and the stream goes on with the next buffer;
