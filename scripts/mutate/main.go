@@ -432,6 +432,18 @@ var mutations = []mutation{
 	{Name: "transmitter-sticky-failure", Focus: "TestTransmitterFailure", Rule: "an unsignaled operation's failure fails the Transmitter's later calls",
 		File: "dtutils/transmitter.go", Pkg: "./dtutils",
 		Old: "t.failed.CompareAndSwap(nil, &err)", New: "_ = err"},
+	{Name: "mcts-virtual-visits", Focus: "TestNode|TestDistributed", Rule: "a selection charges the child its playouts at once (virtual visits), so concurrent rollouts spread out",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "\tn.slots[i].visits += playouts\n\tn.slots[i].refresh()\n\tn.visits += playouts\n\treturn i, expand\n", New: "\tn.slots[i].refresh()\n\tn.visits += playouts\n\treturn i, expand\n"},
+	{Name: "mcts-untried-once", Focus: "TestNode", Rule: "each move of a node is expanded once",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "\t\tn.untried[j] = n.untried[k-1]\n", New: ""},
+	{Name: "mcts-most-visited", Focus: "TestNode|TestStrength|TestOracle", Rule: "the move played is the most visited child",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "if best < 0 || n.slots[i].visits > n.slots[best].visits {", New: "if best < 0 || n.slots[i].visits < n.slots[best].visits {"},
+	{Name: "sr-credit-source", Focus: "TestSRForgedCredit", Rule: "an SR credit counts only when it comes from the destination it names",
+		File: "shuffle/sr.go", Pkg: "./shuffle",
+		Old: " && s.conns[d].peer == c.Src {", New: " {"},
 }
 
 func main() {
