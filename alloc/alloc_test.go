@@ -683,12 +683,20 @@ func FuzzLocatorDecode(f *testing.F) {
 // TestHandoutSliceKeepsItsSlot: a slice of a segment settles the segment
 // (Memory packs the slot beside the length), and a settled slice of one
 // segment does not settle its neighbour.
-func TestHandoutSliceKeepsItsSlot(t *testing.T) {
+// oneUnitRing is a linear-circular allocator of a single 256-byte unit,
+// so that every reuse is of that unit.
+func oneUnitRing(t *testing.T) *LinearCircular {
+	t.Helper()
 	_, z := newZone(t, 8<<20, 64<<10)
 	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 1, MaxUnits: 1, Align: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lc
+}
+
+func TestHandoutSliceKeepsItsSlot(t *testing.T) {
+	lc := oneUnitRing(t)
 	a, _ := lc.Alloc(128)
 	b, _ := lc.Alloc(128)
 	sa, err := a.Slice(8, 16)
@@ -715,11 +723,7 @@ func TestHandoutSliceKeepsItsSlot(t *testing.T) {
 // unit until the highest of their operations has completed, whatever the
 // order of the tags.
 func TestUnitWaitsForItsLatestTag(t *testing.T) {
-	_, z := newZone(t, 8<<20, 64<<10)
-	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 1, MaxUnits: 1, Align: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lc := oneUnitRing(t)
 	var tr tracker
 	a, _ := lc.Alloc(128)
 	b, _ := lc.Alloc(128)
@@ -743,11 +747,7 @@ func TestUnitWaitsForItsLatestTag(t *testing.T) {
 // reuse, or its record of settled handouts would run out and the unit
 // would never come back.
 func TestUnitRecyclesIndefinitely(t *testing.T) {
-	_, z := newZone(t, 8<<20, 64<<10)
-	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 1, MaxUnits: 1, Align: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lc := oneUnitRing(t)
 	var tr tracker
 	tr.done.Store(1 << 40)
 	for round := 0; round < 1000; round++ {
