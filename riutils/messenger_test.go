@@ -62,8 +62,9 @@ func job(t testing.TB, procs, threads int, transport string, cfg Config, reg fun
 		}
 	}
 	if failed {
-		// No barrier: ranks stuck on what failed here would hold it for
-		// its whole timeout. Leaving is what ends them (the peer died).
+		// Not the barrier below: ranks stuck on what failed here would
+		// hold it for its whole minute. Close waits for them at most 30 s,
+		// and this rank leaving is what ends them (their peer died).
 		f.Close()
 		t.FailNow()
 	}
