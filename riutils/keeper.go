@@ -37,7 +37,10 @@ type keptQueue struct {
 }
 
 func newKeeper(m *Messengers, z *alloc.ZoneAllocator) (*keeper, error) {
-	ring, err := newRing(z, 256<<10)
+	// Units as large as the thread's own (messenger.go): a kept call may
+	// be as large as a chunk, and one past the unit failed the helper and
+	// lost every call kept for its destination.
+	ring, err := newRing(z, max(256<<10, m.p.cfg.ChunkSize))
 	if err != nil {
 		return nil, err
 	}

@@ -27,12 +27,15 @@ func twoThreads(t testing.TB, cfg Config, reg func(*dsfabric.Handlers), receiver
 }
 
 // serveUntil is a receiver body: it runs its calls until stop is set, then
-// reports any protocol error.
+// reports any protocol error. It gives up after 20 s without a call: a
+// sender that failed may never say stop.
 func serveUntil(m *Messengers, stop *atomic.Bool) error {
-	deadline := time.Now().Add(60 * time.Second)
+	last := time.Now()
 	for !stop.Load() {
-		if m.Poll() == 0 && time.Now().After(deadline) {
-			return errors.New("the other thread never said stop within 60 s")
+		if m.Poll() > 0 {
+			last = time.Now()
+		} else if time.Since(last) > 20*time.Second {
+			return errors.New("no call for 20 s, and the other thread never said stop")
 		}
 	}
 	return m.Err()
@@ -447,10 +450,10 @@ func TestMessengerRetryAsyncKeepsOrder(t *testing.T) {
 				break
 			}
 		}
+		accepted <- i // the receiver takes them whatever the verdict, and ends
 		if !errors.Is(err, ErrFull) || m.Kept() == 0 || m.Kept() > cfg.MaxAsyncBytes {
 			return fmt.Errorf("after %d calls: %v with %d bytes kept; want ErrFull within %d", i, err, m.Kept(), cfg.MaxAsyncBytes)
 		}
-		accepted <- i
 		if err := m.Flush(); err != nil {
 			return err
 		}
@@ -704,4 +707,125 @@ func TestAggregatorConfig(t *testing.T) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
+}
+
+// TestRetryAsyncOrderWhileDraining (§4.4.1, per-sender FIFO): a receiver
+// that polls in bursts makes the sender's ring fill and empty again and
+// again, so that its calls are kept and sent by the helper while the
+// thread goes on calling; a call made while others are kept goes after
+// them, never ahead, even when the ring has room for it.
+func TestRetryAsyncOrderWhileDraining(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 256 << 10}
+	const n, stall = 100000, 10 * time.Second
+	var seq sequence
+	var h dsfabric.HandlerID
+	var done atomic.Bool // the receiver ended
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			defer done.Store(true)
+			got, since := int64(0), time.Now()
+			for seq.total.Load() < n {
+				if seq.bad.Load() != 0 {
+					return fmt.Errorf("calls out of order after %d: a call made while others were kept overtook them", seq.total.Load())
+				}
+				if g := seq.total.Load(); g != got {
+					got, since = g, time.Now()
+				} else if time.Since(since) > stall {
+					return fmt.Errorf("%d of %d calls arrived, none for %v", g, n, stall)
+				}
+				for end := time.Now().Add(200 * time.Microsecond); time.Now().Before(end); {
+					m.Poll()
+				}
+				time.Sleep(300 * time.Microsecond)
+			}
+			return m.Err()
+		},
+		func(m *Messengers) error {
+			var args [8]byte
+			kept := 0
+			since := time.Now()
+			for i := 0; i < n; {
+				if done.Load() {
+					return nil // the receiver gave up: its error is the test's
+				}
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				err := m.Call(0, h, args[:])
+				if errors.Is(err, ErrFull) {
+					if time.Since(since) > stall {
+						return fmt.Errorf("call %d: MaxAsyncBytes kept for %v", i, stall)
+					}
+					time.Sleep(50 * time.Microsecond) // MaxAsyncBytes kept: let the helper catch up
+					continue
+				}
+				since = time.Now()
+				if err != nil {
+					return err
+				}
+				if m.Kept() > 0 {
+					kept++
+				}
+				i++
+			}
+			if kept < n/10 {
+				return fmt.Errorf("only %d of %d calls found others kept: the test did not exercise RetryAsync", kept, n)
+			}
+			return m.Flush()
+		})
+}
+
+// TestRetryAsyncKeepsLargeCalls: a kept call as large as a chunk allows
+// is sent by the helper like a small one (its own memory holds any call
+// a chunk holds), and every call arrives, in order.
+func TestRetryAsyncKeepsLargeCalls(t *testing.T) {
+	cfg := Config{ChunkSize: 1 << 20, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 8 << 20}
+	buf := make([]byte, 300<<10)
+	withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error {
+		var args [8]byte
+		const calls = 12 // 3 per chunk: 6 written, 6 kept
+		for i := 0; i < calls; i++ {
+			binary.LittleEndian.PutUint64(args[:], uint64(i))
+			if err := m.CallBuffer(0, h, args[:], buf); err != nil {
+				return fmt.Errorf("call %d: %w", i, err)
+			}
+		}
+		if m.Kept() < len(buf) {
+			return fmt.Errorf("%d bytes kept after %d calls of %d bytes: the test needs some kept", m.Kept(), calls, len(buf))
+		}
+		accepted <- calls
+		if err := m.Flush(); err != nil {
+			return fmt.Errorf("sending the kept calls: %w", err)
+		}
+		return nil
+	})
+}
+
+// TestRetryAsyncHelperFailureReported: once the helper fails to send kept
+// calls (injected here: a lost connection does it in a job), the thread's
+// next call and Flush return that failure instead of keeping calls that
+// would never go out.
+func TestRetryAsyncHelperFailureReported(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 1 << 20}
+	injected := errors.New("injected helper failure")
+	withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error {
+		var args [8]byte
+		n := 0
+		for ; m.Kept() == 0; n++ {
+			binary.LittleEndian.PutUint64(args[:], uint64(n))
+			if err := m.Call(0, h, args[:]); err != nil {
+				return err
+			}
+		}
+		accepted <- 0 // what arrives is not this test's concern
+		m.keeper.mu.Lock()
+		m.keeper.err = injected
+		m.keeper.mu.Unlock()
+		binary.LittleEndian.PutUint64(args[:], uint64(n))
+		if err := m.Call(0, h, args[:]); !errors.Is(err, injected) {
+			return fmt.Errorf("a call after the helper failed: %v, want its failure", err)
+		}
+		if err := m.Flush(); !errors.Is(err, injected) {
+			return fmt.Errorf("Flush after the helper failed: %v, want its failure", err)
+		}
+		return nil
+	})
 }
