@@ -62,6 +62,12 @@ func TestOneSidedCallVariants(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
+				stopped := false
+				defer func() {
+					if !stopped { // a failure: release the callee now, not after its 60 s
+						m.Call(1, hStop, nil)
+					}
+				}()
 				obj, _ := m.NewRemoteObject(64)
 				raw, err := m.CallReturn(ctx, 1, hGet, nil, obj)
 				if err != nil {
@@ -131,6 +137,7 @@ func TestOneSidedCallVariants(t *testing.T) {
 				if o, b := binary.LittleEndian.Uint64(res), binary.LittleEndian.Uint64(res[8:]); o != 2*rounds+100 || b != 0 {
 					return fmt.Errorf("callee checked %d buffers right and %d wrong, want %d and 0", o, b, 2*rounds+100)
 				}
+				stopped = true
 				return m.Call(1, hStop, nil)
 			})
 		})
