@@ -141,6 +141,16 @@ func FuzzOpenQueues(f *testing.F) {
 	p := newProcess(f, 0, func(c *ProcessConfig) { c.ReceiveSlots = 4; c.CallSlots = 2; c.CallBytes = 64 })
 	f.Add(append([]byte(nil), p.region.Bytes()...))
 	f.Add(p.region.Bytes()[:queueLayout(4).call])
+	// A completion ring of another capacity, or of other entries, beside
+	// the receive queue (a peer of another version).
+	l := queueLayout(4)
+	for _, c := range []struct{ capacity, entry int }{{2, recvComplSize}, {4, recvComplSize - 8}} {
+		mem := append([]byte(nil), p.region.Bytes()...)
+		if _, err := initRing(mem[l.rcq:l.cnt], c.capacity, c.entry); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(mem)
+	}
 	f.Fuzz(func(t *testing.T, mem []byte) {
 		var seen atomic.Uint64
 		rs, _, err := openQueues(mem, &seen)

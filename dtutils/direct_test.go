@@ -177,3 +177,28 @@ func TestSyncSendNow(t *testing.T) {
 		})
 	}
 }
+
+// TestTransmitterSendChecksMaxTransfer: a send longer than the process's
+// MaxTransfer is refused with ErrBadRequest on every transport, even
+// where the peer posted a receive large enough for it, and nothing
+// arrives.
+func TestTransmitterSendChecksMaxTransfer(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			a, b := connectPair(t, tr.make, func(c *ProcessConfig) { c.MaxTransfer, c.CallBytes = 1024, 1024 })
+			if err := b.proc.PostRecv(b.mem(t, 0, 4096), 1); err != nil {
+				t.Fatal(err)
+			}
+			tx, _ := NewTransmitter(a.qp, 1024, TransmitterConfig{SignalEvery: 4})
+			if err := tx.Send(a.mem(t, 0, 2048), 0); !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("a 2048-byte send with MaxTransfer 1024: %v, want ErrBadRequest", err)
+			}
+			if err := tx.Send(a.mem(t, 0, 1024), 0); err != nil {
+				t.Fatalf("a send at the limit: %v", err)
+			}
+			if c := wait(t, b.proc.RecvCQ()); c.Status != StatusSuccess || c.Bytes != 1024 {
+				t.Fatalf("the receive completed %+v, want the 1024-byte send", c)
+			}
+		})
+	}
+}

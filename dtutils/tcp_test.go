@@ -334,9 +334,12 @@ type fakePeer struct {
 	reg alloc.Locator // 64 bytes of q's process memory
 }
 
-func newFakePeer(t *testing.T) fakePeer {
+func newFakePeer(t *testing.T) fakePeer { t.Helper(); return newFakePeerWith(t, nil) }
+
+// newFakePeerWith is newFakePeer with q's process configured by mut.
+func newFakePeerWith(t *testing.T, mut func(*ProcessConfig)) fakePeer {
 	t.Helper()
-	b := side{proc: newProcess(t, 1, nil)}
+	b := side{proc: newProcess(t, 1, mut)}
 	var err error
 	if b.prov, err = NewTCP(b.proc, DefaultTCPConfig()); err != nil {
 		t.Fatal(err)
@@ -468,6 +471,47 @@ func TestTCPMalformedFramesFromPeer(t *testing.T) {
 		}
 		if !bytes.Equal(before, p.b.buf.Bytes()) {
 			t.Fatal("a refused write changed registered memory")
+		}
+	})
+	t.Run("read response of the wrong length", func(t *testing.T) {
+		p := newFakePeer(t)
+		fill(p.b.buf.Bytes(), 9)
+		before := append([]byte(nil), p.b.buf.Bytes()...)
+		if err := p.q.Post(WorkRequest{Op: OpRead, WRID: 77, Local: p.b.mem(t, 64, 16), Remote: alloc.Locator{RegionRef: alloc.RegionRef{Process: 0}, Length: 16}, Signaled: true}); err != nil {
+			t.Fatal(err)
+		}
+		// Answered with 8 bytes where 16 were asked for.
+		p.send(t, frame{op: uint8(OpRead) | frameResp, flags: flagSignaled, wrid: 77, length: 8, payload: 8}, bytes.Repeat([]byte{0xee}, 8))
+		if !p.closed() {
+			t.Fatal("the queue pair kept a connection that answered a read with the wrong length")
+		}
+		if got := wait(t, p.q.CQ()); got.WRID != 77 || got.Status != StatusConnectionLost {
+			t.Fatalf("the read completed %+v, want StatusConnectionLost", got)
+		}
+		if !bytes.Equal(before, p.b.buf.Bytes()) {
+			t.Fatal("a read response of the wrong length changed registered memory")
+		}
+	})
+	t.Run("read longer than MaxTransfer is refused, connection kept", func(t *testing.T) {
+		p := newFakePeerWith(t, func(c *ProcessConfig) { c.MaxTransfer, c.CallBytes = 1024, 1024 })
+		// Inside the 4096-byte region, past the process's MaxTransfer.
+		p.send(t, frame{op: uint8(OpRead), flags: flagSignaled, wrid: 5, region: p.reg.Region, key: p.reg.Key, length: 2048}, nil)
+		var r [frameHeader]byte
+		p.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(p.c, r[:]); err != nil {
+			t.Fatalf("no response to the read: %v", err)
+		}
+		got, err := parseFrame(r[:], 1<<20)
+		if err != nil || got.wrid != 5 || got.status != StatusRemoteAccess || got.payload != 0 {
+			t.Fatalf("response %+v (%v), want StatusRemoteAccess and no data", got, err)
+		}
+		// The connection lives on: a read within the limit is answered.
+		p.send(t, frame{op: uint8(OpRead), flags: flagSignaled, wrid: 6, region: p.reg.Region, key: p.reg.Key, length: 16}, nil)
+		if _, err := io.ReadFull(p.c, r[:]); err != nil {
+			t.Fatalf("no response to the second read: %v", err)
+		}
+		if got, err = parseFrame(r[:], 1<<20); err != nil || got.wrid != 6 || got.status != StatusSuccess || got.payload != 16 {
+			t.Fatalf("second read: response %+v (%v)", got, err)
 		}
 	})
 }
