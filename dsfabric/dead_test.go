@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +51,18 @@ func TestCallReturnCalleeKilled(t *testing.T) {
 			if err := <-result; err != nil {
 				t.Fatal(err)
 			}
-			f.Close() // reports rank 1's death
+			// Close reports rank 1's death, and returns: its last barrier
+			// must not wait for a dead rank.
+			closed := make(chan error, 1)
+			go func() { closed <- f.Close() }()
+			select {
+			case err := <-closed:
+				if err == nil || !strings.Contains(err.Error(), "rank 1") {
+					t.Fatalf("Close after rank 1 died gave %v, want an error naming rank 1", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("Close was still waiting 15 s after rank 1 died (a barrier waits only for live ranks)")
+			}
 		})
 	}
 }

@@ -231,3 +231,97 @@ func TestMpirun(t *testing.T) {
 		t.Fatalf("want ranks 0,1,2 formed and calling:\n%s", out)
 	}
 }
+
+// TestBootstrapRefusesClaims (docs/design.md §5): rank 0 refuses a hello
+// that claims rank 0, and a second hello for a rank that has joined, with
+// the right token: each names its reason, and neither takes a place in
+// the job (the table goes out only when every rank is there).
+func TestBootstrapRefusesClaims(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "coord.sock")
+	env := []string{EnvSize + "=3", EnvCoord + "=unix:" + sock, EnvToken + "=s", EnvRank + "=0", "SERIEMA_TEST_TIMEOUT=20s"}
+	rankProc(t, "form", env...)
+	dial := func() net.Conn {
+		for i := 0; i < 500; i++ {
+			if c, err := net.Dial("unix", sock); err == nil {
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("rank 0 never listened")
+		return nil
+	}
+	first := dial()
+	if err := writeFrame(first, hello{rank: 1, size: 3, token: []byte("s"), machine: "m"}.encode()); err != nil {
+		t.Fatal(err)
+	}
+	// The first hello for rank 1 is taken: no answer until rank 2 comes.
+	first.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if b, err := readFrame(first); err == nil {
+		t.Fatalf("rank 1's hello was answered before the job formed: %q", b)
+	}
+	for _, c := range []struct {
+		rank   uint32
+		reason string
+	}{{1, "rank already joined"}, {0, "rank 0 out of range"}} {
+		conn := dial()
+		if err := writeFrame(conn, hello{rank: c.rank, size: 3, token: []byte("s"), machine: "m"}.encode()); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := readFrame(conn)
+		if err != nil || len(b) == 0 || b[0] != msgRefused || !strings.Contains(string(b), c.reason) {
+			t.Fatalf("a hello claiming rank %d got %q, %v; want a refusal (%s)", c.rank, b, err, c.reason)
+		}
+	}
+}
+
+// TestPlanNeedsBothProbes (docs/design.md §5): the coordinator plans shm
+// for a pair only when the probes of both sides passed, so that the two
+// always agree on the transport between them.
+func TestPlanNeedsBothProbes(t *testing.T) {
+	c := newCoordinator(nil, nil, 3)
+	// Rank 0 reaches 1 and 2; rank 1 reaches 0 and 2; rank 2 reaches only 0.
+	reach := map[int][]int{1: {0, 2}, 2: {0}}
+	plans := make(chan [2]any, 2)
+	for r := 1; r < 3; r++ {
+		ours, theirs := net.Pipe()
+		t.Cleanup(func() { ours.Close(); theirs.Close() })
+		c.conns[r] = ours
+		go func() {
+			if err := writeFrame(theirs, encodeRanks(msgReach, reach[r])); err != nil {
+				plans <- [2]any{r, err}
+				return
+			}
+			b, err := readFrame(theirs)
+			if err != nil {
+				plans <- [2]any{r, err}
+				return
+			}
+			got, err := decodeRanks(b, msgPlan, 3)
+			if err != nil {
+				plans <- [2]any{r, err}
+				return
+			}
+			plans <- [2]any{r, got}
+		}()
+	}
+	own, err := c.plan([]int{1, 2}, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{0: "[1 2]", 1: "[0]", 2: "[0]"}
+	if fmt.Sprint(own) != want[0] {
+		t.Errorf("rank 0's plan %v, want %s", own, want[0])
+	}
+	for i := 0; i < 2; i++ {
+		p := <-plans
+		r := p[0].(int)
+		if err, ok := p[1].(error); ok {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		if fmt.Sprint(p[1]) != want[r] {
+			t.Errorf("rank %d's plan %v, want %s (shm only where both probes passed)", r, p[1], want[r])
+		}
+	}
+}
