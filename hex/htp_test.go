@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,39 @@ func TestHTPClock(t *testing.T) {
 	runScript(t, e, []struct{ cmd, reply string }{{"time_settings 600 0 0", "= "}, {"genmove b", "= a1"}})
 	if len(limits) != 1 || limits[0] != 3*time.Second {
 		t.Fatalf("with MoveTime 3 s: limits %v", limits)
+	}
+}
+
+// TestHTPByoYomiPeriods: with byo-yomi only (time_settings 0 10 2), each
+// period gives 10 s for 2 moves; its last move, played in time, starts
+// the next period with the full 10 s again.
+func TestHTPByoYomiPeriods(t *testing.T) {
+	now := time.Unix(0, 0)
+	var limits []time.Duration
+	e := &HTP{Name: "seriema", Version: "1.0",
+		Now: func() time.Time { return now },
+		GenMove: func(ctx context.Context, b Board, limit time.Duration) (Cell, error) {
+			limits = append(limits, limit)
+			now = now.Add(2 * time.Second)
+			return b.Moves(nil)[0], nil
+		}}
+	runScript(t, e, []struct{ cmd, reply string }{
+		{"boardsize 5", "= "},
+		{"time_settings 0 10 2", "= "},
+		{"genmove b", "= a1"},
+		{"time_left b", "= 8"},
+		{"genmove w", "= b1"},
+		{"genmove b", "= c1"}, // the period's last stone, 6 s left: a new period
+		{"time_left b", "= 10"},
+		{"genmove w", "= d1"},
+		{"genmove b", "= e1"},
+		{"time_left b", "= 8"},
+	})
+	per := func(left time.Duration, stones int) time.Duration {
+		return left/time.Duration(stones)*9/10 - moveMargin
+	}
+	want := []time.Duration{per(10*time.Second, 2), per(10*time.Second, 2), per(8*time.Second, 1), per(8*time.Second, 1), per(10*time.Second, 2)}
+	if fmt.Sprint(limits) != fmt.Sprint(want) {
+		t.Fatalf("genmove limits %v, want %v", limits, want)
 	}
 }

@@ -400,3 +400,100 @@ func TestWrapWaitsForTheLapBefore(t *testing.T) {
 	}
 	read(5)
 }
+
+// fakePeer runs the other side of a handshake by hand over sock: it offers
+// a real ring of this process, as a peer on machine would, and answers
+// the verdict it is given. It returns the verdict the side under test
+// sent.
+func fakePeer(t *testing.T, sock net.Conn, machine string, verdict byte) byte {
+	t.Helper()
+	rx, bells, err := newSide(DefaultConfig().RingBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBells(bells)
+	defer rx.closeFD()
+	h := hello{flags: flagRing, pid: uint32(os.Getpid()), fd: int32(rx.fd), key: rx.key(), size: rx.size,
+		rbell: int32(bells[0].wfd), wbell: int32(bells[1].wfd), machine: machine}
+	sock.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := sock.Write(h.marshal()); err != nil {
+		t.Fatal(err)
+	}
+	var fixed [helloFixed]byte
+	if _, err := io.ReadFull(sock, fixed[:]); err != nil {
+		t.Fatal(err)
+	}
+	_, n, err := parseHelloFixed(fixed[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(sock, make([]byte, n)); err != nil {
+		t.Fatal(err)
+	}
+	var theirs [1]byte
+	if _, err := io.ReadFull(sock, theirs[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sock.Write([]byte{verdict}); err != nil {
+		t.Fatal(err)
+	}
+	return theirs[0]
+}
+
+// TestHandshakeVerdicts (seed 003 §3: shared memory only between
+// processes of one machine, by agreement): a peer whose hello names
+// another machine is not mapped, even where its descriptors would open;
+// and a side that mapped its peer's ring stays on the socket when the
+// peer could not map its own.
+func TestHandshakeVerdicts(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		machine     string
+		peerVerdict byte
+		wantVerdict byte
+	}{
+		{"another machine", "elsewhere|00000000-0000-0000-0000-000000000000", 1, 0},
+		{"peer could not map", machineID(), 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if machineID() == "" {
+				t.Skip("no boot ID: rings are never offered here")
+			}
+			fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns := make([]net.Conn, 2)
+			for i, fd := range fds {
+				f := os.NewFile(uintptr(fd), "sock")
+				if conns[i], err = net.FileConn(f); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				defer conns[i].Close()
+			}
+			type result struct {
+				c   net.Conn
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				cfg := DefaultConfig()
+				cfg.Logger = quiet
+				got, err := handshake(conns[0], cfg, time.Now().Add(10*time.Second))
+				done <- result{got, err}
+			}()
+			if v := fakePeer(t, conns[1], c.machine, c.peerVerdict); v != c.wantVerdict {
+				t.Errorf("verdict %d, want %d", v, c.wantVerdict)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if rc, ok := r.c.(*Conn); ok {
+				rc.Close()
+				t.Fatal("the handshake chose rings that only one side mapped")
+			}
+		})
+	}
+}

@@ -98,6 +98,24 @@ func TestSection3_3_SlottedAppend(t *testing.T) {
 		if _, code, err := in.rdma.SlottedAppend(ctx, sloc, nil); code != CodePageFull || err != nil {
 			t.Fatalf("rdma append past the slots: %v %v", code, err)
 		}
+		// Past the slots with data room left, through the RDMO: the page
+		// has 2 slots and 64 data bytes.
+		pg, _ := w.instance(t, 2<<20, 32+8*2+64)
+		if _, err := InitSlottedPage(pg.Bytes(), 2); err != nil {
+			t.Fatal(err)
+		}
+		sl := w.create(t, SlottedPageType, pg)
+		for i := 0; i < 2; i++ {
+			if _, code, err := in.client.SlottedAppend(ctx, sl, []byte{byte(i)}); code != OK || err != nil {
+				t.Fatal(code, err)
+			}
+		}
+		if _, code, err := in.client.SlottedAppend(ctx, sl, []byte{9}); code != CodePageFull || err != nil {
+			t.Fatalf("append past the slots: %v %v", code, err)
+		}
+		if got := SlottedTuples(pg.Bytes()); len(got) != 2 || !bytes.Equal(got[0], []byte{0}) || !bytes.Equal(got[1], []byte{1}) {
+			t.Fatalf("page after a refused append: %q", got)
+		}
 		w.checkDirect(t, tr.direct)
 	})
 }
@@ -174,6 +192,22 @@ func TestSection3_3_ConditionalGather(t *testing.T) {
 					t.Fatalf("gather key %d ts %d truncated at %d of %d", key, ts, len(got), len(want))
 				}
 			}
+		}
+		// A full set of nodes refuses the next version, and the chains
+		// stay whole: one bucket, room for two nodes.
+		small, _ := w.instance(t, 2<<20, chainsHeader+8+2*nodeBytes)
+		if n, err := InitVersionChains(small.Bytes(), 1); err != nil || n != 2 {
+			t.Fatal(n, err)
+		}
+		sc := w.create(t, VersionChainsType, small)
+		for i := uint64(0); i < 3; i++ {
+			code, err := in.client.InsertVersion(ctx, sc, 0, 5, i, 100+i)
+			if want := map[bool]Code{true: OK, false: CodeFull}[i < 2]; code != want || err != nil {
+				t.Fatalf("insert %d into 2 nodes: %v %v, want %v", i, code, err, want)
+			}
+		}
+		if got, code, err := in.client.ConditionalGather(ctx, sc, 0, 5, 10); err != nil || code != OK || !slices.Equal(got, []Version{{1, 101}, {0, 100}}) {
+			t.Fatalf("gather after a refused insert: %v %v %v", got, code, err)
 		}
 		w.checkDirect(t, tr.direct)
 	})
@@ -255,13 +289,25 @@ func TestSection3_3_SignaledRead(t *testing.T) {
 		if reads.Load() == 0 || writes.Load() == 0 {
 			t.Fatalf("only %d reads and %d writes got the lock", reads.Load(), writes.Load())
 		}
-		// A held lock: SignaledRead gives up with CodeLocked, both ways
-		// (once the one-sided lock releases in flight have landed).
+		// Every lock taken was freed (once the one-sided releases in
+		// flight have landed): a read and a write by each way succeed.
 		for _, in := range w.initiator {
 			if err := in.rdma.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
+		if l := binary.LittleEndian.Uint64(mem.Bytes()); l != 0 {
+			t.Fatalf("lock word %d with no operation in flight", l)
+		}
+		for _, in := range w.initiator[:1] {
+			if code, _, err := in.client.SignaledRead(ctx, rec, 1, nil); code != OK || err != nil {
+				t.Fatalf("read of a free record: %v %v", code, err)
+			}
+			if code, err := in.client.LockedWrite(ctx, rec, recordPattern(7, data)); code != OK || err != nil {
+				t.Fatalf("write after a read: %v %v", code, err)
+			}
+		}
+		// A held lock: SignaledRead gives up with CodeLocked, both ways.
 		binary.LittleEndian.PutUint64(mem.Bytes(), 1)
 		in := w.initiator[0]
 		if code, _, err := in.client.SignaledRead(ctx, rec, 2, nil); code != CodeLocked || err != nil {
@@ -410,10 +456,17 @@ func TestSection3_3_ScatterAndAccumulate(t *testing.T) {
 			t.Fatalf("sums %v, want %v", got, want)
 		}
 		// A lookup entry naming no accumulator stops the RDMO there.
-		binary.LittleEndian.PutUint64(mem.Bytes()[accumHeader+8*5:], accs+3)
-		n, code, err := w.initiator[0].client.ScatterAndAccumulate(ctx, acc, []KeyDelta{{1, 1}, {5, 1}, {2, 1}})
-		if err != nil || code != CodeBadIndex || n != 1 {
-			t.Fatalf("bad lookup entry: %d %v %v", n, code, err)
+		// So does one naming the first index past the last accumulator.
+		for _, bad := range []uint64{accs + 3, accs} {
+			binary.LittleEndian.PutUint64(mem.Bytes()[accumHeader+8*5:], bad)
+			before := Accumulators(mem.Bytes())
+			n, code, err := w.initiator[0].client.ScatterAndAccumulate(ctx, acc, []KeyDelta{{1, 1}, {5, 1}, {2, 1}})
+			if err != nil || code != CodeBadIndex || n != 1 {
+				t.Fatalf("lookup entry %d of %d accumulators: %d %v %v", bad, accs, n, code, err)
+			}
+			if after := Accumulators(mem.Bytes()); after[lookup[1]] != before[lookup[1]]+1 || !slices.Equal(after[:lookup[1]], before[:lookup[1]]) {
+				t.Fatalf("lookup entry %d: accumulators %v after %v, want only the first pair applied", bad, after, before)
+			}
 		}
 		w.checkDirect(t, tr.direct)
 	})
