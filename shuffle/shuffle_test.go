@@ -345,6 +345,41 @@ func TestSection4_Operators(t *testing.T) {
 	}
 }
 
+// TestPutRecordSize: a record fits a buffer with its 4-byte length or is
+// refused with ErrTooLarge; one that would not fit is never dropped.
+func TestPutRecordSize(t *testing.T) {
+	const buffer = 256
+	j := newJob(t, transports[0].make, 1, 1, 1, Config{Design: WR, BufferBytes: buffer, Depth: 2})
+	ctx := testCtx(t)
+	got := make(chan [2]int, 1)
+	go func() {
+		n, bytes := 0, 0
+		err := j.receivers[0][0].NewReceive().Each(ctx, func(rec []byte) error { n, bytes = n+1, bytes+len(rec); return nil })
+		if err != nil {
+			n = -1
+		}
+		got <- [2]int{n, bytes}
+	}()
+	sh, err := j.senders[0][0].NewShuffle(Repartition(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{buffer - recordHeader + 1, buffer - 1, buffer} {
+		if err := sh.Put(ctx, 0, make([]byte, n)); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("a %d-byte record in %d-byte buffers: %v, want ErrTooLarge", n, buffer, err)
+		}
+	}
+	if err := sh.Put(ctx, 0, make([]byte, buffer-recordHeader)); err != nil {
+		t.Fatalf("a record that fills a buffer: %v", err)
+	}
+	if err := sh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g != [2]int{1, buffer - recordHeader} {
+		t.Fatalf("the receiver got %d records of %d bytes in all, want the one of %d", g[0], g[1], buffer-recordHeader)
+	}
+}
+
 // TestEmptyStreams: senders with nothing to send, and partitions nobody
 // sends to, still end every receiver's stream.
 func TestEmptyStreams(t *testing.T) {
