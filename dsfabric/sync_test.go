@@ -34,7 +34,9 @@ func TestSynchronizer(t *testing.T) {
 	if err := pending.WaitContext(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitContext on an unfinished synchronizer: %v", err)
 	}
-	if zero := NewSynchronizer(0, Transmitted, nil); zero.WaitContext(context.Background()) != nil {
+	ctx0, cancel0 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel0()
+	if zero := NewSynchronizer(0, Transmitted, nil); zero.WaitContext(ctx0) != nil {
 		t.Fatal("a synchronizer created at zero is not done")
 	}
 }
