@@ -80,21 +80,28 @@ func runScript(t *testing.T, e *HTP, script []struct{ cmd, reply string }) {
 	}
 }
 
+// clockedEngine returns an engine on a fake clock whose every genmove
+// search takes 2 s and plays the first empty cell, and the limits its
+// searches were given.
+func clockedEngine() (*HTP, *[]time.Duration) {
+	now := time.Unix(0, 0)
+	limits := new([]time.Duration)
+	return &HTP{Name: "seriema", Version: "1.0",
+		Now: func() time.Time { return now },
+		GenMove: func(ctx context.Context, b Board, limit time.Duration) (Cell, error) {
+			*limits = append(*limits, limit)
+			now = now.Add(2 * time.Second)
+			return b.Moves(nil)[0], nil
+		}}, limits
+}
+
 // TestHTPClock: a HexGui-like dialogue with time controls, undo and the
 // final score. genmove gets the time limit the clock commands give (main
 // time spread over the moves left, a byo-yomi period's share, -time's
 // fixed limit), the engine's time is taken off its clock, and undo takes
 // back plays and generated moves alike.
 func TestHTPClock(t *testing.T) {
-	now := time.Unix(0, 0)
-	var limits []time.Duration
-	e := &HTP{Name: "seriema", Version: "1.0",
-		Now: func() time.Time { return now },
-		GenMove: func(ctx context.Context, b Board, limit time.Duration) (Cell, error) {
-			limits = append(limits, limit)
-			now = now.Add(2 * time.Second) // the search takes 2 s
-			return b.Moves(nil)[0], nil
-		}}
+	e, lim := clockedEngine()
 	script := []struct{ cmd, reply string }{
 		{"boardsize 5", "= "},
 		{"known_command time_left", "= true"},
@@ -129,6 +136,7 @@ func TestHTPClock(t *testing.T) {
 		{"quit", "= "},
 	}
 	runScript(t, e, script)
+	limits := *lim
 	want := []time.Duration{0, 60*time.Second/12*9/10 - moveMargin, 10*time.Second/5*9/10 - moveMargin}
 	if len(limits) != len(want) {
 		t.Fatalf("genmove limits %v, want %v", limits, want)
@@ -139,8 +147,9 @@ func TestHTPClock(t *testing.T) {
 		}
 	}
 	// -time overrides the clock.
-	e.MoveTime, limits = 3*time.Second, nil
+	e.MoveTime, *lim = 3*time.Second, nil
 	runScript(t, e, []struct{ cmd, reply string }{{"time_settings 600 0 0", "= "}, {"genmove b", "= a1"}})
+	limits = *lim
 	if len(limits) != 1 || limits[0] != 3*time.Second {
 		t.Fatalf("with MoveTime 3 s: limits %v", limits)
 	}
@@ -150,15 +159,7 @@ func TestHTPClock(t *testing.T) {
 // period gives 10 s for 2 moves; its last move, played in time, starts
 // the next period with the full 10 s again.
 func TestHTPByoYomiPeriods(t *testing.T) {
-	now := time.Unix(0, 0)
-	var limits []time.Duration
-	e := &HTP{Name: "seriema", Version: "1.0",
-		Now: func() time.Time { return now },
-		GenMove: func(ctx context.Context, b Board, limit time.Duration) (Cell, error) {
-			limits = append(limits, limit)
-			now = now.Add(2 * time.Second)
-			return b.Moves(nil)[0], nil
-		}}
+	e, lim := clockedEngine()
 	runScript(t, e, []struct{ cmd, reply string }{
 		{"boardsize 5", "= "},
 		{"time_settings 0 10 2", "= "},
@@ -171,6 +172,7 @@ func TestHTPByoYomiPeriods(t *testing.T) {
 		{"genmove b", "= e1"},
 		{"time_left b", "= 8"},
 	})
+	limits := *lim
 	per := func(left time.Duration, stones int) time.Duration {
 		return left/time.Duration(stones)*9/10 - moveMargin
 	}
