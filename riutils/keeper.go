@@ -37,10 +37,10 @@ type keptQueue struct {
 }
 
 func newKeeper(m *Messengers, z *alloc.ZoneAllocator) (*keeper, error) {
-	// Units as large as the thread's own (messenger.go): a kept call may
-	// be as large as a chunk, and one past the unit failed the helper and
-	// lost every call kept for its destination.
-	ring, err := newRing(z, max(256<<10, m.p.cfg.ChunkSize))
+	// Units as large as the thread's own: a kept call may be as large as
+	// a chunk, and one past the unit failed the helper and lost every
+	// call kept for its destination.
+	ring, err := newRing(z, m.p.cfg.callUnit())
 	if err != nil {
 		return nil, err
 	}

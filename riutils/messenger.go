@@ -340,7 +340,7 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if err != nil {
 		return nil, err
 	}
-	ring, err := newRing(z, max(256<<10, p.cfg.ChunkSize))
+	ring, err := newRing(z, p.cfg.callUnit())
 	if err != nil {
 		return nil, err
 	}
@@ -369,6 +369,10 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	p.msgrs[t] = m
 	return m, nil
 }
+
+// callUnit is the unit of the rings a thread's calls are built in (its
+// own, and RetryAsync's helper's): any call a chunk holds fits one unit.
+func (c Config) callUnit() int { return max(256<<10, c.ChunkSize) }
 
 func newRing(z *alloc.ZoneAllocator, unit int) (*alloc.LinearCircular, error) {
 	return alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: unit, InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8})
