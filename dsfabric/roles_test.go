@@ -103,23 +103,28 @@ func waitProc(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 	return nil
 }
 
+// dialCoordSock connects to rank 0's coordinator socket once it listens (for
+// up to 5 s); the connection closes with the test.
+func dialCoordSock(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if c, err := net.Dial("unix", sock); err == nil {
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("rank 0 never listened")
+	return nil
+}
+
 // TestWrongSecretRejected (docs/design.md §5): a hello with a wrong job token is
 // refused with a clear log line, and the job still forms.
 func TestWrongSecretRejected(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "coord.sock")
 	env := []string{EnvSize + "=2", EnvCoord + "=unix:" + sock, EnvToken + "=the-right-secret"}
 	r0, out0, err0 := rankProc(t, "form", append(env, EnvRank+"=0")...)
-	var c net.Conn
-	for i := 0; i < 500; i++ {
-		var err error
-		if c, err = net.Dial("unix", sock); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if c == nil {
-		t.Fatal("rank 0 never listened")
-	}
+	c := dialCoordSock(t, sock)
 	writeFrame(c, hello{rank: 1, size: 2, token: []byte("a-wrong-secret"), machine: "intruder"}.encode())
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := readFrame(c)
@@ -240,18 +245,7 @@ func TestBootstrapRefusesClaims(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "coord.sock")
 	env := []string{EnvSize + "=3", EnvCoord + "=unix:" + sock, EnvToken + "=s", EnvRank + "=0", "SERIEMA_TEST_TIMEOUT=20s"}
 	rankProc(t, "form", env...)
-	dial := func() net.Conn {
-		for i := 0; i < 500; i++ {
-			if c, err := net.Dial("unix", sock); err == nil {
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatal("rank 0 never listened")
-		return nil
-	}
-	first := dial()
+	first := dialCoordSock(t, sock)
 	if err := writeFrame(first, hello{rank: 1, size: 3, token: []byte("s"), machine: "m"}.encode()); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +258,7 @@ func TestBootstrapRefusesClaims(t *testing.T) {
 		rank   uint32
 		reason string
 	}{{1, "rank already joined"}, {0, "rank 0 out of range"}} {
-		conn := dial()
+		conn := dialCoordSock(t, sock)
 		if err := writeFrame(conn, hello{rank: c.rank, size: 3, token: []byte("s"), machine: "m"}.encode()); err != nil {
 			t.Fatal(err)
 		}
@@ -283,27 +277,26 @@ func TestPlanNeedsBothProbes(t *testing.T) {
 	c := newCoordinator(nil, nil, 3)
 	// Rank 0 reaches 1 and 2; rank 1 reaches 0 and 2; rank 2 reaches only 0.
 	reach := map[int][]int{1: {0, 2}, 2: {0}}
-	plans := make(chan [2]any, 2)
+	type plan struct {
+		rank  int
+		ranks []int
+		err   error
+	}
+	plans := make(chan plan, 2)
 	for r := 1; r < 3; r++ {
 		ours, theirs := net.Pipe()
 		t.Cleanup(func() { ours.Close(); theirs.Close() })
 		c.conns[r] = ours
 		go func() {
-			if err := writeFrame(theirs, encodeRanks(msgReach, reach[r])); err != nil {
-				plans <- [2]any{r, err}
+			p := plan{rank: r}
+			defer func() { plans <- p }()
+			if p.err = writeFrame(theirs, encodeRanks(msgReach, reach[r])); p.err != nil {
 				return
 			}
-			b, err := readFrame(theirs)
-			if err != nil {
-				plans <- [2]any{r, err}
-				return
+			var b []byte
+			if b, p.err = readFrame(theirs); p.err == nil {
+				p.ranks, p.err = decodeRanks(b, msgPlan, 3)
 			}
-			got, err := decodeRanks(b, msgPlan, 3)
-			if err != nil {
-				plans <- [2]any{r, err}
-				return
-			}
-			plans <- [2]any{r, got}
 		}()
 	}
 	own, err := c.plan([]int{1, 2}, time.Now().Add(10*time.Second))
@@ -316,12 +309,11 @@ func TestPlanNeedsBothProbes(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		p := <-plans
-		r := p[0].(int)
-		if err, ok := p[1].(error); ok {
-			t.Fatalf("rank %d: %v", r, err)
+		if p.err != nil {
+			t.Fatalf("rank %d: %v", p.rank, p.err)
 		}
-		if fmt.Sprint(p[1]) != want[r] {
-			t.Errorf("rank %d's plan %v, want %s (shm only where both probes passed)", r, p[1], want[r])
+		if fmt.Sprint(p.ranks) != want[p.rank] {
+			t.Errorf("rank %d's plan %v, want %s (shm only where both probes passed)", p.rank, p.ranks, want[p.rank])
 		}
 	}
 }
