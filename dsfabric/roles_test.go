@@ -31,8 +31,11 @@ func runRole(role string) int {
 	echo, _ := h.Register("echo", func(c *Call, a []byte) ([]byte, error) { return a, nil })
 	cfg := Config{Handlers: h, BootstrapTimeout: timeout,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if role == "kill" {
+	switch role {
+	case "kill":
 		cfg.Procs = 3
+	case "orphan":
+		cfg.Procs = 2
 	}
 	ctx := context.Background()
 	f, err := Start(ctx, cfg)
@@ -66,6 +69,8 @@ func runRole(role string) int {
 		dst, _ := f.Names().Thread(2, 0)
 		_, err := f.CallReturn(ctx, me, dst, echo, nil)
 		fmt.Printf("CALL ERROR %v: %v\n", errors.Is(err, ErrRankDead) && strings.Contains(err.Error(), "rank 2"), err)
+	case "orphan":
+		time.Sleep(time.Minute) // until the test kills rank 0
 	}
 	if err := f.Close(); err != nil {
 		fmt.Println("CLOSE:", strings.ReplaceAll(err.Error(), "\n", "; "))

@@ -1,0 +1,261 @@
+package dsfabric
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seriema-go/seriema/alloc"
+)
+
+// TestBufferCallsChecked (paper Table 1, the buffer variants): a
+// destination buffer of the wrong size is refused before anything moves,
+// a read whose origin is not the caller's memory is refused by the
+// callee, a handler's error reaches CallReturn's caller as ErrRemote, and
+// the connection works on after each.
+func TestBufferCallsChecked(t *testing.T) {
+	var dest atomic.Pointer[alloc.Region]
+	var hBuf, hDest, hFail HandlerID
+	var ran atomic.Int64
+	job(t, 2, 1, "", func(h *Handlers) {
+		hBuf, _ = h.Register("buf", func(c *Call, a []byte) ([]byte, error) { ran.Add(1); return c.Buffer, nil })
+		hDest, _ = h.Register("dest", func(c *Call, a []byte) ([]byte, error) {
+			l, err := dest.Load().Locator(0, 100)
+			if err != nil {
+				return nil, err
+			}
+			return l.MarshalBinary()
+		})
+		hFail, _ = h.Register("fail", func(c *Call, a []byte) ([]byte, error) { return nil, errors.New("handler says no") })
+	}, func(t *testing.T, f *Fabric) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		d, err := f.Process().Registry().NewRegion(4096, alloc.RegionConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dest.Store(d)
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		me, _ := f.Names().Thread(f.Rank(), 0)
+		other, _ := f.Names().Thread(1-f.Rank(), 0)
+		lb, err := f.CallReturn(ctx, me, other, hDest, nil)
+		var dl alloc.Locator
+		if err == nil {
+			err = dl.UnmarshalBinary(lb)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := f.Process().Registry().NewRegion(4096, alloc.RegionConfig{})
+		orig, _ := local.Memory(0, 200) // dest holds 100
+		if err := f.CallBufferWrite(me, other, hBuf, nil, orig, dl, nil); !errors.Is(err, ErrBadThread) {
+			t.Fatalf("CallBufferWrite of 200 bytes into a 100-byte buffer: %v", err)
+		}
+		if err := f.CallBufferRead(me, other, hBuf, nil, orig, dl, nil); !errors.Is(err, ErrBadThread) {
+			t.Fatalf("CallBufferRead of 200 bytes into a 100-byte buffer: %v", err)
+		}
+		// A read call whose origin names the callee's own memory, not the
+		// caller's: the callee must not read it from the caller.
+		src, _ := local.Memory(0, 100)
+		forged := src.Locator()
+		forged.Process = uint32(1 - f.Rank())
+		tail, _ := forged.AppendBinary(nil)
+		tail, _ = dl.AppendBinary(tail)
+		hd := callHdr{kind: kindCall, flags: flagReadBuf, handler: hBuf, src: uint32(me), dst: uint32(other)}
+		refused := NewSynchronizer(1, Executed, nil)
+		f.syncFlags(refused, &hd)
+		if err := f.send(1-f.Rank(), hd, nil, tail, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := refused.WaitContext(ctx); err != nil {
+			t.Fatalf("a read call whose origin is not the caller's was never answered: %v", err)
+		}
+		_, err = f.CallReturn(ctx, me, other, hFail, nil)
+		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "handler says no") {
+			t.Fatalf("CallReturn of a failing handler: %v", err)
+		}
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := ran.Load(); n != 0 {
+			t.Errorf("rank %d ran %d refused buffer calls", f.Rank(), n)
+		}
+		if err := f.Barrier(ctx); err != nil { // both have looked
+			t.Fatal(err)
+		}
+		ok := NewSynchronizer(1, Executed, nil)
+		if err := f.CallBufferRead(me, other, hBuf, nil, src, dl, ok); err != nil {
+			t.Fatal(err)
+		}
+		if err := ok.WaitContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := ran.Load(); n != 1 || f.DeadErr() != nil {
+			t.Fatalf("rank %d after the refusals: %d buffer calls ran, want 1; dead: %v", f.Rank(), n, f.DeadErr())
+		}
+	})
+}
+
+// TestAdvertisedAddresses: a tcp (or ofi-tcp) endpoint that listens on
+// every interface advertises the address the rank reached its coordinator
+// from, one its peers can reach; a listener on one address is left as it
+// is. Transports summarises a mix of shm and tcp peers as such.
+func TestAdvertisedAddresses(t *testing.T) {
+	t.Setenv(EnvListen, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f := &Fabric{log: quiet, launch: launch{coord: ln.Addr().String()}, client: &client{conn: c}}
+	for _, tc := range []struct{ listen, advertise, node string }{
+		{"0.0.0.0:0", "127.0.0.1", "127.0.0.1"},
+		{":0", "127.0.0.1", "127.0.0.1"},
+		{"[::]:0", "127.0.0.1", "127.0.0.1"},
+		{"10.0.0.7:0", "", "10.0.0.7"},
+	} {
+		f.cfg = Config{Listen: tc.listen, OFIProvider: "tcp"}
+		if got := f.TCPConfig(); got.Listen != tc.listen || got.AdvertiseHost != tc.advertise {
+			t.Errorf("Listen %q: tcp listens on %q, advertises %q; want %q", tc.listen, got.Listen, got.AdvertiseHost, tc.advertise)
+		}
+		if got := f.OFIConfig(); got.Node != tc.node {
+			t.Errorf("Listen %q: ofi-tcp binds %q, want %q", tc.listen, got.Node, tc.node)
+		}
+	}
+	for _, tc := range []struct {
+		per  []string
+		want string
+	}{
+		{[]string{"loop", "shm", "tcp"}, "shm+tcp"},
+		{[]string{"loop", "tcp", "shm", "shm"}, "shm+tcp"},
+		{[]string{"loop", "tcp"}, "tcp"},
+		{[]string{"loop", "shm"}, "shm"},
+		{[]string{"loop", "ofi"}, "ofi"},
+		{[]string{"loop"}, "loop"},
+	} {
+		f.transports = tc.per
+		if got := f.Transports(); got != tc.want {
+			t.Errorf("peers over %v: Transports() = %q, want %q", tc.per, got, tc.want)
+		}
+	}
+}
+
+// TestSendBuffersReused: a stream of calls of MaxMessage size outruns the
+// send buffers' ring (sixteen units) on transports whose sends complete
+// later (tcp), and each one still arrives intact; a CallBufferWrite's
+// origin is the caller's again when the call returns, so rewriting it at
+// once changes nothing the handler sees.
+func TestSendBuffersReused(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) { sendBuffersReused(t, tr) })
+	}
+}
+
+func sendBuffersReused(t *testing.T, transport string) {
+	const calls, writes, wsize = 200, 40, 256 << 10
+	var dest atomic.Pointer[alloc.Region]
+	var good, bad atomic.Int64
+	var hBig, hDest, hBuf HandlerID
+	job(t, 2, 1, transport, func(h *Handlers) {
+		hBig, _ = h.Register("big", func(c *Call, a []byte) ([]byte, error) {
+			if len(a) > 4 && hasPattern(a[4:], int(binary.LittleEndian.Uint32(a))) {
+				good.Add(1)
+			} else {
+				bad.Add(1)
+			}
+			return nil, nil
+		})
+		hDest, _ = h.Register("dest", func(c *Call, a []byte) ([]byte, error) {
+			l, err := dest.Load().Locator(0, wsize)
+			if err != nil {
+				return nil, err
+			}
+			return l.MarshalBinary()
+		})
+		hBuf, _ = h.Register("buf", func(c *Call, a []byte) ([]byte, error) {
+			if hasPattern(c.Buffer, int(a[0])) {
+				good.Add(1)
+			} else {
+				bad.Add(1)
+			}
+			return nil, nil
+		})
+	}, func(t *testing.T, f *Fabric) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d, err := f.Process().Registry().NewRegion(wsize, alloc.RegionConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dest.Store(d)
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		me, _ := f.Names().Thread(f.Rank(), 0)
+		other, _ := f.Names().Thread(1-f.Rank(), 0)
+		if f.Rank() == 0 {
+			s := NewSynchronizer(calls, Executed, nil)
+			args := make([]byte, f.cfg.MaxMessage-callHeader)
+			for i := 0; i < calls; i++ {
+				binary.LittleEndian.PutUint32(args, uint32(i))
+				pattern(args[4:], i)
+				if err := f.Call(me, other, hBig, args, s); err != nil {
+					t.Fatalf("call %d of %d bytes: %v", i, len(args), err)
+				}
+			}
+			lb, err := f.CallReturn(ctx, me, other, hDest, nil)
+			var dl alloc.Locator
+			if err == nil {
+				err = dl.UnmarshalBinary(lb)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			local, _ := f.Process().Registry().NewRegion(wsize, alloc.RegionConfig{})
+			orig, _ := local.Memory(0, wsize)
+			for i := 0; i < writes; i++ {
+				pattern(orig.Bytes(), i)
+				// One write at a time: dest is one buffer.
+				w := NewSynchronizer(1, Executed, nil)
+				if err := f.CallBufferWrite(me, other, hBuf, []byte{byte(i)}, orig, dl, w); err != nil {
+					t.Fatal(err)
+				}
+				clear(orig.Bytes()) // the caller's again
+				if err := w.WaitContext(ctx); err != nil {
+					t.Fatalf("write %d not run: %v", i, err)
+				}
+			}
+			if err := s.WaitContext(ctx); err != nil {
+				t.Fatalf("%d of %d calls not run: %v", s.Count(), calls, err)
+			}
+		}
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if f.Rank() == 1 && (good.Load() != calls+writes || bad.Load() != 0) {
+			t.Errorf("%d calls intact, %d damaged; want %d intact", good.Load(), bad.Load(), calls+writes)
+		}
+	})
+}
