@@ -233,6 +233,7 @@ func TestMessengerExactChunkEnd(t *testing.T) {
 func TestConfigChecks(t *testing.T) {
 	for _, c := range []Config{
 		{ChunkSize: 1000, ChunksPerAllocation: 2, MaxChunks: 8},
+		{ChunkSize: 9 << 10, ChunksPerAllocation: 2, MaxChunks: 8}, // not whole pages
 		{ChunkSize: 8192, ChunksPerAllocation: 9, MaxChunks: 8},
 		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 1},
 		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 4, Policy: 7},
