@@ -3,6 +3,7 @@ package rdmo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,4 +361,135 @@ func TestClientProcessClosed(t *testing.T) {
 			t.Errorf("%d regions still mapped after the client closed", n)
 		}
 	})
+}
+
+// TestAbandonedCallsFreeTheirSlots (§3.1): an initiator that stops
+// waiting (its context ends) gives its slot back when the reply comes,
+// whether the reply had come before it gave up or comes after; no slot is
+// lost, and calls run on after many more abandoned ones than slots.
+func TestAbandonedCallsFreeTheirSlots(t *testing.T) {
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := w.engine.Register(testType(nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := w.instance(t, 0, 64)
+		good := w.create(t, "test", m)
+		c := w.initiator[0].client
+		gone, stop := context.WithCancel(ctx)
+		stop()
+		var abandoned, answered int
+		for i := 0; i < 20*c.cfg.MaxInflight; i++ {
+			code, out, err := c.Do(gone, good, 0, []byte("x"))
+			switch {
+			case errors.Is(err, context.Canceled):
+				abandoned++
+			case err == nil && code == OK && string(out) == "x":
+				answered++
+			default:
+				t.Fatalf("call %d with an ended context: %v %q %v", i, code, out, err)
+			}
+		}
+		// Waiters whose context ends while another goroutine polls their
+		// reply in: some see the reply first, some the end.
+		var late atomic.Int64
+		for round := 0; round < 20; round++ {
+			rctx, stop := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for rctx.Err() == nil {
+						code, out, err := c.Do(rctx, good, 0, []byte("z"))
+						switch {
+						case errors.Is(err, context.Canceled):
+							late.Add(1)
+						case err == nil && code == OK && string(out) == "z":
+						default:
+							t.Errorf("a call whose context ends: %v %q %v", code, out, err)
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(time.Millisecond)
+			stop()
+			wg.Wait()
+		}
+		// The replies of abandoned calls free their slots as they are polled.
+		for deadline := time.Now().Add(10 * time.Second); len(c.free) < c.cfg.MaxInflight; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d slots never came back (%d calls abandoned, %d answered, %d abandoned by concurrent waiters)", c.cfg.MaxInflight-len(c.free), c.cfg.MaxInflight, abandoned, answered, late.Load())
+			}
+			c.Poll(nil)
+		}
+		for i := 0; i < 3*c.cfg.MaxInflight; i++ {
+			if code, out, err := c.Do(ctx, good, 0, []byte("y")); code != OK || err != nil || string(out) != "y" {
+				t.Fatalf("call %d after the abandoned ones: %v %q %v", i, code, out, err)
+			}
+		}
+		t.Logf("calls with an ended context: %d abandoned, %d answered; %d abandoned by concurrent waiters", abandoned, answered, late.Load())
+	})
+}
+
+// TestConcurrentWaitersHandOver (§3.1): goroutines waiting on one
+// connection take turns polling it; when the one polling has its reply, it
+// hands the polling to another waiter, so no reply waits for a context's
+// end.
+func TestConcurrentWaitersHandOver(t *testing.T) {
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := w.engine.Register(testType(nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := w.instance(t, 0, 64)
+		good := w.create(t, "test", m)
+		c := w.initiator[0].client
+		// Rounds of one call per goroutine, all at once and none after:
+		// the last replies of a round have no later call to poll them in,
+		// only the hand-over.
+		const goroutines, rounds = 8, 200
+		for round := 0; round < rounds; round++ {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make(chan error, goroutines)
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					in := []byte{byte(g), byte(round), byte(round >> 8)}
+					<-start
+					code, out, err := c.Do(rctx, good, 0, in)
+					if code != OK || err != nil || string(out) != string(in) {
+						errs <- fmt.Errorf("round %d, goroutine %d: %v %q %v", round, g, code, out, err)
+					}
+				}(g)
+			}
+			close(start)
+			wg.Wait()
+			rcancel()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestClientOneQueuePairPerProcess: a client routes by process, so two
+// queue pairs to one process are refused.
+func TestClientOneQueuePairPerProcess(t *testing.T) {
+	w := newWorld(t, testTransports[0], worldConfig{})
+	in := w.initiator[0]
+	a, _ := connect(t, in.prov, w.tprov)
+	b, _ := connect(t, in.prov, w.tprov)
+	if _, err := NewClient(in.proc, ClientConfig{}, a, b); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("a client with two queue pairs to process 0: %v", err)
+	}
 }
