@@ -365,12 +365,21 @@ func TestMoveTime(t *testing.T) {
 // TestSearchCancel: a Search whose context ends gives its phase up at
 // once, so that neither the next Search nor Close waits for a budget that
 // nobody wants any more (here one that would take hours), and the next
-// phase runs whole.
+// phase runs whole. A search of a finished game is refused.
 func TestSearchCancel(t *testing.T) {
 	s := hexPosition(t, 5, nil, nil, 0)
 	cfg := mcts.DefaultConfig()
 	cfg.Budget, cfg.Seed = 1<<30, 5
+	won := hexPosition(t, 5, []string{"a1", "a2", "a3", "a4", "a5"}, []string{"b1", "b2", "b3", "b4"}, 1)
+	if won.Winner() != 0 {
+		t.Fatalf("the won position's winner is %d, want 0", won.Winner())
+	}
 	stats := distributedJob(t, 2, 1, cfg, func(d *mcts.Distributed) {
+		gctx, gcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := d.Search(gctx, won); !errors.Is(err, mcts.ErrGameOver) {
+			t.Fatalf("a search of a finished game: %v, want %v", err, mcts.ErrGameOver)
+		}
+		gcancel()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		_, err := d.Search(ctx, s)
 		cancel()

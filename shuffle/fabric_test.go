@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,5 +326,30 @@ func TestMeshCloseWaitsForPeers(t *testing.T) {
 				t.Errorf("rank 1's Close: %s", msg)
 			}
 		})
+	}
+}
+
+// TestWiringMismatch: processes that call Connect with different numbers
+// of endpoints (every process must pass the same) get ErrBadOffer, not a
+// crash or a half-wired stage.
+func TestWiringMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := dsfabric.NewHandlers()
+	w, err := NewWiring(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: 2, ThreadsPerProcess: 2, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	eps, err := w.Connect(ctx, f, Config{Design: WR, BufferBytes: 2048, Depth: 4}, 1+f.Rank(), 1)
+	if err == nil {
+		eps.Close(ctx)
+	}
+	if !errors.Is(err, ErrBadOffer) || !strings.Contains(err.Error(), "endpoints") {
+		t.Fatalf("rank %d: Connect with %d endpoints against a peer with %d: %v, want ErrBadOffer", f.Rank(), 1+f.Rank(), 2-f.Rank(), err)
 	}
 }
