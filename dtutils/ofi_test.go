@@ -15,6 +15,7 @@ import (
 
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/internal/jobtest"
+	"golang.org/x/sys/unix"
 )
 
 // The ofi provider runs the whole transport suite (TestTransportSuite,
@@ -254,4 +255,128 @@ func stopped(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] == 'T'
+}
+
+// TestOFIDeliverInSequence: libfabric's reliable datagrams may arrive out
+// of order; a queue pair's stream takes them in their sequence, holding
+// the early ones until the gap before them fills.
+func TestOFIDeliverInSequence(t *testing.T) {
+	q := &ofiQP{}
+	for _, seq := range []uint32{2, 0, 4, 3, 1, 5} {
+		q.deliver(ofiMsg{buf: int(seq), n: 1, seq: seq, kind: ofiKindData})
+	}
+	var got []int
+	for {
+		m, ok := q.in.pop()
+		if !ok {
+			break
+		}
+		got = append(got, m.buf)
+	}
+	if fmt.Sprint(got) != "[0 1 2 3 4 5]" || len(q.early) != 0 || q.next != 6 {
+		t.Fatalf("stream %v, %d held back, next %d; want [0 1 2 3 4 5], none, 6", got, len(q.early), q.next)
+	}
+}
+
+// TestOFIConnectChecks: an endpoint without an address, or a second
+// Connect of one queue pair, is refused with ErrBadEndpoint.
+func TestOFIConnectChecks(t *testing.T) {
+	pa, pb := newProcess(t, 0, nil), newProcess(t, 1, nil)
+	a, b := ofiMake(t, pa, pb)
+	panicked := false
+	t.Cleanup(func() {
+		if !panicked { // a panic in Connect may hold epLife, which Close takes
+			a.Close()
+			b.Close()
+		}
+	})
+	qa, err := a.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := b.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A panic is reported, not left to end the test binary.
+	err = func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked, err = true, fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return qa.Connect(endpoint{transport: transportOFI, rank: 1, token: 7}.marshal())
+	}()
+	if !errors.Is(err, ErrBadEndpoint) {
+		t.Fatalf("an ofi endpoint without an address: %v", err)
+	}
+	if err := qa.Connect(qb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Connect(qb.Endpoint()); !errors.Is(err, ErrBadEndpoint) {
+		t.Fatalf("a second Connect: %v", err)
+	}
+}
+
+// TestOFIBuffersRecycled: with two message buffers each way, a stream of
+// small writes (sent by fi_inject where the provider allows, else
+// fi_send) and messages for a queue pair the receiver does not know (a
+// forged token: dropped) keep both sides' buffers in circulation: every
+// write completes, and the receiver still hears its real peer.
+func TestOFIBuffersRecycled(t *testing.T) {
+	cfg := ofiTestConfig("")
+	cfg.ReceiveBuffers, cfg.SendBuffers = 2, 2
+	a, b := connectPair(t, func(t testing.TB, pa, pb *Process) (Provider, Provider) { return ofiMakeWith(t, pa, pb, cfg) }, nil)
+	t.Logf("inject size %d", a.prov.(*ofiProvider).inject)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	src, dst := a.mem(t, 0, 8), b.mem(t, 0, 8)
+	var cs [4]Completion
+	write := func(i int) {
+		t.Helper()
+		src.Bytes()[0] = byte(i)
+		if err := a.qp.Post(WorkRequest{Op: OpWrite, WRID: uint64(i), Signaled: true, Local: src, Remote: dst.Locator()}); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if n, err := a.qp.CQ().Wait(ctx, cs[:1]); err != nil || n != 1 || cs[0].Status != StatusSuccess {
+			t.Fatalf("write %d never completed: %v %+v", i, err, cs[0])
+		}
+	}
+	for i := 0; i < 50; i++ {
+		write(i)
+	}
+	// A second queue pair from a, whose messages name a token b has
+	// never issued.
+	qa, err := a.prov.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := b.prov.NewQueuePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Connect(qb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	forged := qa.(*ofiQP)
+	forged.peerToken.Store(forged.peerToken.Load() ^ 0x5a5a)
+	for i := 0; i < 20; i++ {
+		forged.wmu.Lock()
+		for {
+			if _, err := forged.send([]byte("stray")); err == nil {
+				break
+			} else if err != unix.EAGAIN || ctx.Err() != nil {
+				forged.wmu.Unlock()
+				t.Fatalf("stray message %d: %v (no send buffer came back: %v)", i, err, ctx.Err())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		forged.wmu.Unlock()
+	}
+	for i := 50; i < 100; i++ {
+		write(i)
+	}
+	if got := dst.Bytes()[0]; got != 99 {
+		t.Fatalf("the last write left %d, want 99", got)
+	}
 }
