@@ -36,24 +36,10 @@ func TestBufferCallsChecked(t *testing.T) {
 	}, func(t *testing.T, f *Fabric) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		d, err := f.Process().Registry().NewRegion(4096, alloc.RegionConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dest.Store(d)
-		if err := f.Barrier(ctx); err != nil {
-			t.Fatal(err)
-		}
+		publishRegion(t, ctx, f, &dest, 4096)
 		me, _ := f.Names().Thread(f.Rank(), 0)
 		other, _ := f.Names().Thread(1-f.Rank(), 0)
-		lb, err := f.CallReturn(ctx, me, other, hDest, nil)
-		var dl alloc.Locator
-		if err == nil {
-			err = dl.UnmarshalBinary(lb)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		dl := peerLocator(t, ctx, f, me, other, hDest)
 		local, _ := f.Process().Registry().NewRegion(4096, alloc.RegionConfig{})
 		orig, _ := local.Memory(0, 200) // dest holds 100
 		if err := f.CallBufferWrite(me, other, hBuf, nil, orig, dl, nil); !errors.Is(err, ErrBadThread) {
@@ -78,7 +64,7 @@ func TestBufferCallsChecked(t *testing.T) {
 		if err := refused.WaitContext(ctx); err != nil {
 			t.Fatalf("a read call whose origin is not the caller's was never answered: %v", err)
 		}
-		_, err = f.CallReturn(ctx, me, other, hFail, nil)
+		_, err := f.CallReturn(ctx, me, other, hFail, nil)
 		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "handler says no") {
 			t.Fatalf("CallReturn of a failing handler: %v", err)
 		}
@@ -105,6 +91,32 @@ func TestBufferCallsChecked(t *testing.T) {
 			t.Fatalf("rank %d after the refusals: %d buffer calls ran, want 1; dead: %v", f.Rank(), n, f.DeadErr())
 		}
 	})
+}
+
+// publishRegion makes a region of n bytes that hDest-style handlers hand
+// out, and waits until every rank has made its own.
+func publishRegion(t *testing.T, ctx context.Context, f *Fabric, dest *atomic.Pointer[alloc.Region], n int) {
+	d, err := f.Process().Registry().NewRegion(n, alloc.RegionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest.Store(d)
+	if err := f.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// peerLocator asks handler h on thread other for a locator of its memory.
+func peerLocator(t *testing.T, ctx context.Context, f *Fabric, me, other ThreadID, h HandlerID) alloc.Locator {
+	lb, err := f.CallReturn(ctx, me, other, h, nil)
+	var dl alloc.Locator
+	if err == nil {
+		err = dl.UnmarshalBinary(lb)
+	}
+	if err != nil {
+		t.Fatalf("a locator from thread %d: %v", other, err)
+	}
+	return dl
 }
 
 // TestAdvertisedAddresses: a tcp (or ofi-tcp) endpoint that listens on
@@ -205,14 +217,7 @@ func sendBuffersReused(t *testing.T, transport string) {
 	}, func(t *testing.T, f *Fabric) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		d, err := f.Process().Registry().NewRegion(wsize, alloc.RegionConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dest.Store(d)
-		if err := f.Barrier(ctx); err != nil {
-			t.Fatal(err)
-		}
+		publishRegion(t, ctx, f, &dest, wsize)
 		me, _ := f.Names().Thread(f.Rank(), 0)
 		other, _ := f.Names().Thread(1-f.Rank(), 0)
 		if f.Rank() == 0 {
@@ -225,14 +230,7 @@ func sendBuffersReused(t *testing.T, transport string) {
 					t.Fatalf("call %d of %d bytes: %v", i, len(args), err)
 				}
 			}
-			lb, err := f.CallReturn(ctx, me, other, hDest, nil)
-			var dl alloc.Locator
-			if err == nil {
-				err = dl.UnmarshalBinary(lb)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			dl := peerLocator(t, ctx, f, me, other, hDest)
 			local, _ := f.Process().Registry().NewRegion(wsize, alloc.RegionConfig{})
 			orig, _ := local.Memory(0, wsize)
 			for i := 0; i < writes; i++ {

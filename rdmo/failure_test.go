@@ -363,21 +363,26 @@ func TestClientProcessClosed(t *testing.T) {
 	})
 }
 
+// echoClient returns the client of a world with one initiator and a
+// capability for an instance of testType, whose method 0 echoes.
+func echoClient(t *testing.T, tr testTransport) (*Client, Capability) {
+	w := newWorld(t, tr, worldConfig{})
+	if err := w.engine.Register(testType(nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := w.instance(t, 0, 64)
+	return w.initiator[0].client, w.create(t, "test", m)
+}
+
 // TestAbandonedCallsFreeTheirSlots (§3.1): an initiator that stops
 // waiting (its context ends) gives its slot back when the reply comes,
 // whether the reply had come before it gave up or comes after; no slot is
 // lost, and calls run on after many more abandoned ones than slots.
 func TestAbandonedCallsFreeTheirSlots(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
-		w := newWorld(t, tr, worldConfig{})
+		c, good := echoClient(t, tr)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := w.engine.Register(testType(nil, nil)); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := w.instance(t, 0, 64)
-		good := w.create(t, "test", m)
-		c := w.initiator[0].client
 		gone, stop := context.WithCancel(ctx)
 		stop()
 		var abandoned, answered int
@@ -441,15 +446,9 @@ func TestAbandonedCallsFreeTheirSlots(t *testing.T) {
 // end.
 func TestConcurrentWaitersHandOver(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
-		w := newWorld(t, tr, worldConfig{})
+		c, good := echoClient(t, tr)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := w.engine.Register(testType(nil, nil)); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := w.instance(t, 0, 64)
-		good := w.create(t, "test", m)
-		c := w.initiator[0].client
 		// Rounds of one call per goroutine, all at once and none after:
 		// the last replies of a round have no later call to poll them in,
 		// only the hand-over.
