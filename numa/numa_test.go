@@ -148,6 +148,24 @@ func TestLoadFakeTrees(t *testing.T) {
 			t.Fatalf("got %+v, %v", topo, err)
 		}
 	})
+	t.Run("no NUMA and no online list", func(t *testing.T) {
+		topo, err := Load(t.TempDir())
+		if err != nil || len(topo.Nodes) != 1 || len(topo.Nodes[0].CPUs) != runtime.NumCPU() || topo.Nodes[0].CPUs[runtime.NumCPU()-1] != runtime.NumCPU()-1 {
+			t.Fatalf("got %+v, %v; want one node of CPUs 0…%d", topo, err, runtime.NumCPU()-1)
+		}
+	})
+	t.Run("directories that are not nodes", func(t *testing.T) {
+		root := fakeSysfs(t, []string{"0-1"}, []string{"10"})
+		for _, d := range []string{"node-1", "node_x", "nodes"} {
+			dir := filepath.Join(root, "devices", "system", "node", d)
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, "cpulist"), []byte("2-3\n"), 0o644)
+		}
+		topo, err := Load(root)
+		if err != nil || len(topo.Nodes) != 1 || topo.Nodes[0].ID != 0 {
+			t.Fatalf("got %+v, %v; want node 0 alone", topo, err)
+		}
+	})
 	if _, _, err := topo0(t).Place(Policy(9), 0); err == nil {
 		t.Error("unknown policy accepted")
 	}
