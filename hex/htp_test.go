@@ -181,3 +181,29 @@ func TestHTPByoYomiPeriods(t *testing.T) {
 		t.Fatalf("genmove limits %v, want %v", limits, want)
 	}
 }
+
+// TestHTPGameRecord: comments after a command are ignored, a new board
+// size or a cleared board starts a new record (nothing to undo, full
+// clocks), the final score names the side that connected, and times are
+// whole seconds ≥ 0.
+func TestHTPGameRecord(t *testing.T) {
+	e, _ := clockedEngine()
+	script := []struct{ cmd, reply string }{
+		{"boardsize 3 # three by three", "= "},
+		{"play w a1 # White's first stone", "= "},
+		{"play w b1", "= "},
+		{"final_score", "? the game is not over"},
+		{"play w c1", "= "},
+		{"final_score", "= W+"},
+		{"boardsize 3", "= "},
+		{"undo", "? cannot undo: no move played"},
+		{"time_settings -5 0 0", `? invalid time "-5" (want whole seconds ≥ 0)`},
+		{"time_settings 30 0 0", "= "},
+		{"genmove b", "= a1"}, // 2 s of Black's 30
+		{"time_left b", "= 28"},
+		{"clear_board", "= "},
+		{"time_left b", "= 30"},
+		{"undo", "? cannot undo: no move played"},
+	}
+	runScript(t, e, script)
+}
