@@ -204,10 +204,8 @@ func TestKilledRankNoticed(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	for _, p := range pids {
-		if syscall.Kill(p, 0) == nil {
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); !strings.Contains(string(b), ") Z ") {
-				t.Errorf("process %d of the job is still running", p)
-			}
+		if alive(p) {
+			t.Errorf("process %d of the job is still running", p)
 		}
 	}
 }

@@ -74,10 +74,7 @@ func TestWiring(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: procs, ThreadsPerProcess: threads, Transport: tc.transport, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := startFabric(t, ctx, h, procs, threads, tc.transport)
 			defer f.Close()
 			res := wiringResult{Rank: f.Rank()}
 			cfg := Config{Design: tc.design, BufferBytes: 2048, Depth: 4}
@@ -279,10 +276,7 @@ func TestMeshCloseWaitsForPeers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: 2, ThreadsPerProcess: 1, Transport: transport, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := startFabric(t, ctx, h, 2, 1, transport)
 			defer f.Close()
 			m, err := w.Mesh(ctx, f)
 			if err != nil {
@@ -329,6 +323,17 @@ func TestMeshCloseWaitsForPeers(t *testing.T) {
 	}
 }
 
+// startFabric starts a self-launched job of procs processes for the
+// test (the caller closes it).
+func startFabric(t *testing.T, ctx context.Context, h *dsfabric.Handlers, procs, threads int, transport string) *dsfabric.Fabric {
+	t.Helper()
+	f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: procs, ThreadsPerProcess: threads, Transport: transport, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestWiringMismatch: processes that call Connect with different numbers
 // of endpoints (every process must pass the same) get ErrBadOffer, not a
 // crash or a half-wired stage.
@@ -340,10 +345,7 @@ func TestWiringMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := dsfabric.Start(ctx, dsfabric.Config{Procs: 2, ThreadsPerProcess: 2, Handlers: h, Args: jobtest.RunArgs(t), Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := startFabric(t, ctx, h, 2, 2, "")
 	defer f.Close()
 	eps, err := w.Connect(ctx, f, Config{Design: WR, BufferBytes: 2048, Depth: 4}, 1+f.Rank(), 1)
 	if err == nil {
