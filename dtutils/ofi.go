@@ -388,6 +388,7 @@ func NewOFI(proc *Process, cfg OFIConfig) (Provider, error) {
 	inProcess.Store(string(p.name), p)
 	proc.progress.add(p)
 	go p.engine()
+	go p.keeper()
 	return p, nil
 }
 
@@ -689,7 +690,7 @@ func (p *ofiProvider) engine() {
 	var qps []*ofiQP
 	pfd := []unix.PollFd{{Fd: int32(p.s.wait_fd), Events: unix.POLLIN}, {Fd: int32(p.efd), Events: unix.POLLIN}}
 	for {
-		if !standByWhilePolled(p.calls, timer, p.wake, p.done, p.probe) {
+		if !standByWhilePolled(p.calls, timer, p.wake, p.done, nil) {
 			return
 		}
 		p.watching.Store(true)
@@ -722,7 +723,6 @@ func (p *ofiProvider) engine() {
 				b.Wait()
 			}
 			if time.Since(since) >= standBy {
-				p.probe()
 				now := p.calls.Load()
 				if now-mark >= activeCalls {
 					break
@@ -757,12 +757,37 @@ func (p *ofiProvider) block(pfd []unix.PollFd) bool {
 	return true
 }
 
+// keeper probes the queue pairs every tenth of PeerTimeout, and reads the
+// completion queue once first, on a goroutine of its own: the engine, or
+// the thread polling for it, may be inside an Operator for longer than
+// PeerTimeout, and while it is nobody else reads the completion queue, so
+// the peer's probes would go unanswered (and the answers to ours
+// unheard): a call longer than PeerTimeout failed as lost. Its read finds
+// nothing while the engine reads (cqmu is taken, or the queue is empty);
+// one that found something kicks the engine, which may be asleep in
+// poll(2) with what the keeper handed its queue pairs.
+func (p *ofiProvider) keeper() {
+	t := time.NewTicker(p.cfg.PeerTimeout / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		if p.poll() {
+			p.kick()
+		}
+		p.probe()
+	}
+}
+
 // probe watches the queue pairs that await answers: one that has heard
 // nothing from its peer for a tenth of PeerTimeout sends a probe (the peer
 // answers it), and one that has heard nothing for PeerTimeout fails. A
 // peer that died after it took a request leaves no error until something
 // is sent to it, and a send to a vanished host may never fail. Only the
-// engine calls it, at least once per stand-by interval.
+// keeper calls it.
 func (p *ofiProvider) probe() {
 	now := time.Now()
 	every := p.cfg.PeerTimeout / 10

@@ -36,11 +36,11 @@ type OFIConfig struct {
 	// hears nothing at all from its peer, probes included: then the peer
 	// is taken for dead and the queue pair fails with ErrConnectionLost.
 	// Over tcp a killed peer is noticed sooner, when a send fails; this
-	// catches a peer whose host is gone. Default 5 s. A peer answers no
-	// probe while its Operator runs, so an OpCall whose Operator takes
-	// longer than PeerTimeout fails as lost (measured: PeerTimeout 200 ms,
-	// an Operator of 800 ms, StatusConnectionLost after 200 ms); keep
-	// Operators far shorter (rdmo's methods are bounded by their cost).
+	// catches a peer whose host is gone. Default 5 s. Probes are sent and
+	// answered by a goroutine of their own every tenth of PeerTimeout, so
+	// a peer busy in a long Operator still answers them and its caller's
+	// call waits for the reply (TestOFISlowOperatorNotLost: PeerTimeout
+	// 200 ms, an Operator of 800 ms).
 	PeerTimeout time.Duration
 	// OneSided sends writes and reads as libfabric RMA (fi_writemsg,
 	// fi_readmsg) straight into the peer's memory, registered with

@@ -380,3 +380,32 @@ func TestOFIBuffersRecycled(t *testing.T) {
 		t.Fatalf("the last write left %d, want 99", got)
 	}
 }
+
+// TestOFISlowOperatorNotLost: a peer whose engine is inside a long
+// Operator still answers probes, so a call that takes four times
+// PeerTimeout completes instead of failing its queue pair as lost, and
+// the queue pair works after it.
+func TestOFISlowOperatorNotLost(t *testing.T) {
+	cfg := ofiTestConfig("")
+	cfg.PeerTimeout = 200 * time.Millisecond
+	a, b := connectPair(t, func(t testing.TB, pa, pb *Process) (Provider, Provider) { return ofiMakeWith(t, pa, pb, cfg) }, nil)
+	const slow = 800 * time.Millisecond
+	b.proc.SetOperator(func(src uint32, req, reply []byte) int {
+		if len(req) > 0 && req[0] == 1 {
+			time.Sleep(slow) // stands for a long computation
+		}
+		return copy(reply, req)
+	})
+	req := a.mem(t, 0, 8)
+	for i, first := range []byte{1, 0} {
+		req.Bytes()[0] = first
+		start := time.Now()
+		c := post(t, a.qp, WorkRequest{Op: OpCall, WRID: uint64(i), Local: req, Result: a.mem(t, 64, 8)})
+		if c.Status != StatusSuccess || c.Bytes != 8 {
+			t.Fatalf("call %d (first byte %d) after %v: %+v (%v)", i, first, time.Since(start).Round(time.Millisecond), c, c.Err())
+		}
+		if first == 1 && time.Since(start) < slow {
+			t.Fatalf("the slow call returned after %v, before its Operator's %v", time.Since(start), slow)
+		}
+	}
+}
