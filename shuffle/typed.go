@@ -2,6 +2,7 @@ package shuffle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -77,17 +78,31 @@ func (t *TypedReceive[T]) Next(ctx context.Context) (T, error) {
 	return v, nil
 }
 
-// Each calls fn on every value until every source is depleted (then it
-// returns nil), fn returns an error, or one occurs; it closes the
-// operator.
+// Each calls fn on every value until every source is depleted, fn returns
+// an error, or the stream fails; it closes the operator. A record the codec
+// cannot read does not stop it (the stream goes on after it, as after
+// Next's): Each skips it, calls fn on the values after it, and returns an
+// ErrBadBuffer error for the first such record, with their count, besides
+// whatever else ended it (stopping there would lose the readable records
+// after it in the same buffer, which Close hands back).
 func (t *TypedReceive[T]) Each(ctx context.Context, fn func(T) error) error {
-	return t.rc.Each(ctx, func(rec []byte) error {
+	var bad int
+	var badErr error
+	err := t.rc.Each(ctx, func(rec []byte) error {
 		v, err := t.codec.Decode(rec)
 		if err != nil {
-			return fmt.Errorf("%w: a %d-byte record: %w", ErrBadBuffer, len(rec), err)
+			if bad == 0 {
+				badErr = fmt.Errorf("%w: a %d-byte record: %w", ErrBadBuffer, len(rec), err)
+			}
+			bad++
+			return nil
 		}
 		return fn(v)
 	})
+	if bad > 1 {
+		badErr = fmt.Errorf("%w (%d records the codec refused)", badErr, bad)
+	}
+	return errors.Join(err, badErr)
 }
 
 // Close hands back the buffer in use (Receive.Close).

@@ -29,7 +29,9 @@ var lineItems = CodecFuncs[lineItem]{
 
 // TestTypedShuffle: values go through the typed operators to the
 // endpoint their partitioner picks, every one exactly once; a record the
-// codec cannot read is ErrBadBuffer, and the stream goes on after it.
+// codec cannot read is ErrBadBuffer, and the stream goes on after it: Next
+// (endpoint 0) reports it and returns the next value; Each (endpoint 1)
+// calls fn on every value and reports it at the end.
 func TestTypedShuffle(t *testing.T) {
 	for _, tr := range transports[:2] {
 		t.Run(tr.name, func(t *testing.T) {
@@ -49,10 +51,9 @@ func TestTypedShuffle(t *testing.T) {
 						errs <- err
 						return
 					}
-					if p == 1 { // one record no line item decodes from
-						if err := sh.Put(ctx, 0, []byte("bad")); err != nil {
-							errs <- err
-						}
+					// One record no line item decodes from, to the other endpoint.
+					if err := sh.Put(ctx, 1-p, []byte("bad")); err != nil {
+						errs <- err
 					}
 					ts := NewTypedShuffle(sh, lineItems, func(v lineItem) int { return int(v.Order % 2) })
 					for i := 0; i < n; i++ {
@@ -65,9 +66,27 @@ func TestTypedShuffle(t *testing.T) {
 				}()
 				go func() {
 					defer wg.Done()
+					keep := func(v lineItem) error {
+						if int(v.Order%2) != p || uint64(v.Price) != v.Order%n {
+							return fmt.Errorf("endpoint %d got %+v", p, v)
+						}
+						sums[p] += v.Order
+						counts[p]++
+						return nil
+					}
+					bad := 0
+					var eachErr error
+					if p == 1 { // Each: every value, then the undecodable record's error
+						err := NewTypedReceive(j.receivers[p][0].NewReceive(), lineItems).Each(ctx, keep)
+						if !errors.Is(err, ErrBadBuffer) {
+							// Drained below (the senders wait for their
+							// records to be consumed), then reported.
+							eachErr = fmt.Errorf("Each over an undecodable record: %v, want ErrBadBuffer", err)
+						}
+						bad++
+					}
 					tr := NewTypedReceive(j.receivers[p][0].NewReceive(), lineItems)
 					defer tr.Close()
-					bad := 0
 					for {
 						v, err := tr.Next(ctx)
 						if err == io.EOF {
@@ -81,15 +100,17 @@ func TestTypedShuffle(t *testing.T) {
 							errs <- err
 							return
 						}
-						if int(v.Order%2) != p || uint64(v.Price) != v.Order%n {
-							errs <- fmt.Errorf("endpoint %d got %+v", p, v)
+						if err := keep(v); err != nil {
+							errs <- err
 							return
 						}
-						sums[p] += v.Order
-						counts[p]++
 					}
-					if want := 1 - p; bad != want {
-						errs <- fmt.Errorf("endpoint %d: %d undecodable records, want %d", p, bad, want)
+					if eachErr != nil {
+						errs <- eachErr
+						return
+					}
+					if bad != 1 {
+						errs <- fmt.Errorf("endpoint %d: %d undecodable records, want 1", p, bad)
 						return
 					}
 					errs <- nil
