@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -637,6 +638,16 @@ func TestLocatorRoundTrip(t *testing.T) {
 	}
 	if _, err := l.Sub(4000, 200); !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "[4000,+200) of a 4096-byte locator") {
 		t.Errorf("Sub out of range: %v", err)
+	}
+	// A length whose sum with the offset wraps past 2^64 is out of range
+	// too, as is an offset past the end with a length of 0.
+	for _, r := range [][2]uint64{{10, math.MaxUint64 - 5}, {4097, 0}, {4096, 1}} {
+		if s, err := l.Sub(r[0], r[1]); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Sub(%d, %d) = %+v, %v; want ErrOutOfRange", r[0], r[1], s, err)
+		}
+	}
+	if s, err := l.Sub(4096, 0); err != nil || s.Length != 0 {
+		t.Errorf("Sub(4096, 0), the empty range at the end: %+v, %v", s, err)
 	}
 }
 

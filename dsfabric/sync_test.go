@@ -80,7 +80,14 @@ func TestDefaultConfig(t *testing.T) {
 	if d.Procs != 1 || d.ThreadsPerProcess != 1 || d.Handlers == nil || d.MaxMessage != 64<<10 || d.VerifyConfig() != nil {
 		t.Errorf("defaults %+v", d)
 	}
-	if err := (Config{Procs: -1}).VerifyConfig(); !errors.Is(err, ErrBadConfig) {
-		t.Errorf("Procs -1: %v", err)
+	for name, c := range map[string]Config{
+		"Procs -1": {Procs: -1},
+		// A message must hold its header and two locators (a buffer call).
+		"MaxMessage too small":  {MaxMessage: callHeader + 2*locSize - 1},
+		"MaxMessage over 1 GiB": {MaxMessage: 1<<30 + 1},
+	} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -189,6 +189,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, mod := range []func(*mcts.Config){
 		func(c *mcts.Config) { c.Budget = 0 },
 		func(c *mcts.Config) { c.Playouts = 0 },
+		func(c *mcts.Config) { c.Playouts = 1<<16 + 1 },
 		func(c *mcts.Config) { c.C = -1 },
 		func(c *mcts.Config) { c.Mode = 7 },
 		func(c *mcts.Config) { c.InFlight = -2 },

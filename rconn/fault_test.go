@@ -3,6 +3,7 @@ package rconn
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -153,6 +154,60 @@ func FuzzHello(f *testing.F) {
 			t.Fatal("re-encoding differs")
 		}
 	})
+}
+
+// TestHelloChecked: the fixed part of a well-formed hello decodes, and one
+// with reserved bits set, another version or a machine identity over 512
+// bytes is refused with ErrHandshake (FuzzHello's seeds are well-formed).
+func TestHelloChecked(t *testing.T) {
+	good := hello{flags: flagRing, pid: 7, fd: 3, key: 9, size: 1 << 20, rbell: 4, wbell: 5, machine: "h|b"}.marshal()
+	h, n, err := parseHelloFixed(good[:helloFixed])
+	if err != nil || n != 3 || h.pid != 7 || h.fd != 3 || h.key != 9 || h.size != 1<<20 || h.rbell != 4 || h.wbell != 5 || h.flags != flagRing {
+		t.Fatalf("well-formed hello: %+v, %d, %v", h, n, err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(b []byte)
+	}{
+		{"an unknown flag", func(b []byte) { b[5] |= 2 }},
+		{"reserved bytes", func(b []byte) { b[7] = 1 }},
+		{"version 1", func(b []byte) { b[4] = 1 }},
+		{"a machine identity of 513 bytes", func(b []byte) { binary.LittleEndian.PutUint16(b[40:], maxMachineID+1) }},
+	} {
+		b := append([]byte(nil), good[:helloFixed]...)
+		c.edit(b)
+		if _, _, err := parseHelloFixed(b); !errors.Is(err, ErrHandshake) {
+			t.Errorf("hello with %s: %v, want ErrHandshake", c.name, err)
+		}
+	}
+}
+
+// TestRingChecked: a peer's ring is mapped only when it is the one its
+// hello described: its key, and a size that is a power of two.
+func TestRingChecked(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		size    int
+		keyDiff uint64
+		ok      bool
+	}{
+		{"as described", minRing, 0, true},
+		{"another key", minRing, 2, false},
+		{"not a power of two", minRing * 3, 0, false},
+	} {
+		r, err := newRing(c.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := openRing(uint32(os.Getpid()), int32(r.fd), r.key()^c.keyDiff, uint64(c.size))
+		r.closeFD()
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, ErrHandshake)) {
+			t.Errorf("ring %s: %v", c.name, err)
+		}
+		if err == nil && m.size != uint64(c.size) {
+			t.Errorf("ring %s mapped with %d bytes", c.name, m.size)
+		}
+	}
 }
 
 // TestAcceptAfterClose: a Close racing with the listener's own failing

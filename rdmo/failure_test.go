@@ -193,6 +193,31 @@ func TestRegistrationRefusals(t *testing.T) {
 	}
 }
 
+// TestConfigChecks: the configurations' bounds, refused with ErrBadConfig.
+func TestConfigChecks(t *testing.T) {
+	const procCallBytes = 4096
+	for name, err := range map[string]error{
+		"MaxCost over 2^20":                 EngineConfig{MaxCost: maxEngineCost + 1}.VerifyConfig(),
+		"MaxInflight over 2^16":             ClientConfig{MaxInflight: 1<<16 + 1}.VerifyConfig(procCallBytes),
+		"CallBytes under a header each way": ClientConfig{CallBytes: requestHeader + replyHeader - 1}.VerifyConfig(procCallBytes),
+		"CallBytes over the process's":      ClientConfig{CallBytes: procCallBytes + 1}.VerifyConfig(procCallBytes),
+	} {
+		if !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, err := range map[string]error{
+		"engine defaults":         EngineConfig{}.VerifyConfig(),
+		"MaxCost 2^20":            EngineConfig{MaxCost: maxEngineCost}.VerifyConfig(),
+		"client defaults":         DefaultClientConfig().VerifyConfig(procCallBytes),
+		"CallBytes the process's": ClientConfig{CallBytes: procCallBytes}.VerifyConfig(procCallBytes),
+	} {
+		if err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
+	}
+}
+
 func TestAsync(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
 		w := newWorld(t, tr, worldConfig{})

@@ -129,3 +129,66 @@ func FuzzDescribe(f *testing.F) {
 		}
 	})
 }
+
+// TestRecordsChecked: each decoder takes its well-formed record and
+// refuses, with ErrMalformed, one that differs from it in a reserved
+// field, its version or its length (the fuzz targets' seeds are all
+// well-formed, so only fuzzing would find a missing check).
+func TestRecordsChecked(t *testing.T) {
+	req := make([]byte, 64)
+	req = req[:putRequest(req, 7, 11, 13, []byte("in"))]
+	rep := make([]byte, 64)
+	copy(rep[replyHeader:], "out")
+	rep = rep[:putReplyHeader(rep, OK, 3)]
+	capRec, _ := Capability{Process: 3, ID: 5, Secret: 8}.MarshalBinary()
+	desc := make([]byte, 512)
+	desc = desc[:putDescribe(desc, description{typeName: AccumulatorType, methods: 1,
+		inst:  alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 2}, Offset: 64, Length: 128, Key: 9},
+		valid: alloc.Locator{RegionRef: alloc.RegionRef{Process: 1, Region: 3}, Offset: 8, Length: 8, Key: 7}})]
+	parsers := map[string]func([]byte) error{
+		"request":    func(b []byte) error { _, err := parseRequest(b); return err },
+		"reply":      func(b []byte) error { _, _, err := parseReply(b); return err },
+		"capability": func(b []byte) error { var c Capability; return c.UnmarshalBinary(b) },
+		"describe":   func(b []byte) error { _, err := parseDescribe(b); return err },
+	}
+	good := map[string][]byte{"request": req, "reply": rep, "capability": capRec, "describe": desc}
+	for kind, b := range good {
+		if err := parsers[kind](b); err != nil {
+			t.Fatalf("well-formed %s: %v", kind, err)
+		}
+	}
+	// edit returns a copy of kind's good record changed by f.
+	edit := func(kind string, f func(b []byte) []byte) []byte {
+		return f(append([]byte(nil), good[kind]...))
+	}
+	set := func(off int, v byte) func([]byte) []byte {
+		return func(b []byte) []byte { b[off] = v; return b }
+	}
+	for _, c := range []struct {
+		kind, name string
+		rec        []byte
+	}{
+		{"request", "version 2", edit("request", set(0, 2))},
+		{"request", "reserved byte", edit("request", set(1, 1))},
+		{"request", "reserved word", edit("request", set(6, 1))},
+		{"request", "short header", good["request"][:requestHeader-1]},
+		{"reply", "reserved word", edit("reply", set(3, 1))},
+		{"reply", "output longer than said", edit("reply", set(4, 2))},
+		{"reply", "output shorter than said", edit("reply", set(4, 4))},
+		{"reply", "short header", good["reply"][:replyHeader-1]},
+		{"capability", "reserved word", edit("capability", set(5, 1))},
+		{"capability", "one byte short", good["capability"][:capabilitySize-1]},
+		{"capability", "one byte long", append(edit("capability", func(b []byte) []byte { return b }), 0)},
+		{"describe", "version 2", edit("describe", set(0, 2))},
+		{"describe", "empty type name", edit("describe", set(1, 0))},
+		{"describe", "reserved word", edit("describe", set(7, 1))},
+		{"describe", "a byte after the type name", append(edit("describe", func(b []byte) []byte { return b }), 'x')},
+		{"describe", "type name past the end", edit("describe", func(b []byte) []byte { b[1]++; return b })},
+		{"describe", "revocation word of 16 bytes", edit("describe", set(40+16, 16))},
+		{"describe", "instance of region 0", edit("describe", set(8+4, 0))},
+	} {
+		if err := parsers[c.kind](c.rec); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s with %s: %v, want ErrMalformed", c.kind, c.name, err)
+		}
+	}
+}

@@ -606,6 +606,68 @@ func TestFoldShuffle(t *testing.T) {
 	}
 }
 
+// TestShuffleChecks: a run is ok only when every process received
+// exactly what was sent to it, and a join only when every group's sum, at
+// its owner, is the single-process query's; one record lost, a checksum
+// off, a report missing, a sum off or a group at the wrong process each
+// make it not ok.
+func TestShuffleChecks(t *testing.T) {
+	// Process 0 sent 3 records (sum 10) to itself and 2 (sum 7) to 1;
+	// process 1 sent 1 (sum 5) to 0 and 4 (sum 9) to itself.
+	good := func() []shuffleReport {
+		return []shuffleReport{
+			{Rank: 0, Sent: [][2]uint64{{3, 10}, {2, 7}}, Got: [2]uint64{4, 15}},
+			{Rank: 1, Sent: [][2]uint64{{1, 5}, {4, 9}}, Got: [2]uint64{6, 16}},
+		}
+	}
+	if !patternChecked(good(), 2) {
+		t.Fatal("a consistent run is not ok")
+	}
+	for name, edit := range map[string]func(rs []shuffleReport) []shuffleReport{
+		"a record lost":  func(rs []shuffleReport) []shuffleReport { rs[1].Got[0]--; return rs },
+		"a checksum off": func(rs []shuffleReport) []shuffleReport { rs[0].Got[1]++; return rs },
+		"a report absent": func(rs []shuffleReport) []shuffleReport {
+			rs[0].Got = rs[0].Sent[0] // consistent with its own records alone
+			return rs[:1]
+		},
+		"a sender's count": func(rs []shuffleReport) []shuffleReport {
+			rs[0].Sent[1][0]++
+			return rs
+		},
+	} {
+		if patternChecked(edit(good()), 2) {
+			t.Errorf("%s: ok", name)
+		}
+	}
+
+	o := shuffleOpts{procs: 2, orders: 50}
+	want := joinWant(o)
+	if want[1] == 0 || want[2] == 0 {
+		t.Fatalf("groups 1 and 2 are empty (%v): the cases below would test nothing", want)
+	}
+	groups := func() []shuffleReport { // group p at process p mod 2
+		rs := []shuffleReport{{Rank: 0, Groups: make([]uint64, joinPriorities)}, {Rank: 1, Groups: make([]uint64, joinPriorities)}}
+		for p, v := range want {
+			rs[p%2].Groups[p] = v
+		}
+		return rs
+	}
+	if !joinChecked(groups(), o) {
+		t.Fatal("the join's own result is not ok")
+	}
+	for name, edit := range map[string]func(rs []shuffleReport){
+		"a sum off":                  func(rs []shuffleReport) { rs[0].Groups[2]++ },
+		"a group at the wrong owner": func(rs []shuffleReport) { rs[0].Groups[1], rs[1].Groups[1] = rs[1].Groups[1], 0 },
+		"a group missing":            func(rs []shuffleReport) { rs[1].Groups = rs[1].Groups[:joinPriorities-1] },
+	} {
+		rs := groups()
+		edit(rs)
+		if joinChecked(rs, o) {
+			t.Errorf("join with %s: ok", name)
+		}
+	}
+}
+
 func TestMedianShuffle(t *testing.T) {
 	rs := []ShuffleResult{{Pattern: "join", Seconds: 3, OK: true}, {Pattern: "join", Seconds: 1, OK: true}, {Pattern: "join", Seconds: 2, OK: false}}
 	m := medianShuffle(rs)

@@ -178,14 +178,7 @@ func runJoin(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuffleR
 // joinChecked compares the groups every process owns with the query run
 // in this one process over every process's rows.
 func joinChecked(all []shuffleReport, o shuffleOpts) bool {
-	total := uint64(o.orders * o.procs)
-	var want [joinPriorities]uint64
-	for i := uint64(0); i < 4*total; i++ {
-		k, price, disc := lineItem(i, total)
-		if p, d := order(k); d < joinCutoff {
-			want[p] += uint64(price) * uint64(100-disc)
-		}
-	}
+	want := joinWant(o)
 	got := make([]uint64, joinPriorities)
 	for _, r := range all {
 		if len(r.Groups) != joinPriorities {
@@ -199,4 +192,17 @@ func joinChecked(all []shuffleReport, o shuffleOpts) bool {
 		}
 	}
 	return slices.Equal(got, want[:])
+}
+
+// joinWant runs the query in this one process over every process's rows.
+func joinWant(o shuffleOpts) [joinPriorities]uint64 {
+	total := uint64(o.orders * o.procs)
+	var want [joinPriorities]uint64
+	for i := uint64(0); i < 4*total; i++ {
+		k, price, disc := lineItem(i, total)
+		if p, d := order(k); d < joinCutoff {
+			want[p] += uint64(price) * uint64(100-disc)
+		}
+	}
+	return want
 }
