@@ -628,6 +628,22 @@ func TestConfigAndOffers(t *testing.T) {
 	if _, err := parseOffer(o[:10], DefaultConfig()); !errors.Is(err, ErrBadOffer) {
 		t.Errorf("short offer: %v", err)
 	}
+	cfg := Config{}.withDefaults()
+	if _, err := parseOffer(o, cfg); err != nil {
+		t.Fatalf("the offer itself: %v", err)
+	}
+	// One field changed at a time (FuzzOffer's seeds are well-formed).
+	for name, edit := range map[string]func(b []byte){
+		"another version":         func(b []byte) { b[0]++ },
+		"a window past its depth": func(b []byte) { binary.LittleEndian.PutUint32(b[12:], uint32(cfg.Depth+1)) },
+		"another buffer size":     func(b []byte) { binary.LittleEndian.PutUint32(b[8:], uint32(cfg.BufferBytes*2)) },
+	} {
+		b := append([]byte(nil), o...)
+		edit(b)
+		if _, err := parseOffer(b, cfg); !errors.Is(err, ErrBadOffer) {
+			t.Errorf("offer with %s: %v, want ErrBadOffer", name, err)
+		}
+	}
 	if _, err := j.senders[0][0].NewShuffle([][]int{{3}}); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("group naming a missing destination: %v", err)
 	}
