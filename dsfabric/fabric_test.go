@@ -258,6 +258,9 @@ func TestMisuse(t *testing.T) {
 		if err := s.WaitContext(ctx); err != nil {
 			t.Fatal("a notified call to an unknown handler never notified")
 		}
+		if n := f.syncs.Size(); n != 0 {
+			t.Fatalf("%d synchronizers left registered after their notifications", n)
+		}
 		var ran atomic.Bool
 		local := NewSynchronizer(1, Transmitted, func() { ran.Store(true) })
 		if err := f.Call(me, other, hEcho, []byte("x"), local); err != nil {
@@ -294,6 +297,12 @@ func TestHandlerIDs(t *testing.T) {
 	}
 	if _, err := h.Register("a", func(*Call, []byte) ([]byte, error) { return nil, nil }); !errors.Is(err, ErrHandlerExists) {
 		t.Fatalf("duplicate name: %v", err)
+	}
+	if _, err := h.Register("", func(*Call, []byte) ([]byte, error) { return nil, nil }); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("a handler without a name: %v", err)
+	}
+	if _, err := h.Register("b", nil); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("a nil handler: %v", err)
 	}
 	// Find two names with the same 32-bit hash.
 	seen := map[HandlerID]string{}
@@ -337,6 +346,31 @@ func (m *msgpArg) UnmarshalMsg(b []byte) ([]byte, error) {
 	return nil, nil
 }
 
+// marshalArg has only encoding.BinaryMarshaler's method (not the
+// appender's), and pairArg decodes msgp-style from exactly two bytes,
+// leaving the rest.
+type marshalArg struct{ v byte }
+
+func (m marshalArg) MarshalBinary() ([]byte, error) { return []byte{'B', m.v}, nil }
+func (m *marshalArg) UnmarshalBinary(d []byte) error {
+	if len(d) != 2 || d[0] != 'B' {
+		return errors.New("not ours")
+	}
+	m.v = d[1]
+	return nil
+}
+
+type pairArg struct{ a, b byte }
+
+func (p pairArg) MarshalMsg(b []byte) ([]byte, error) { return append(b, p.a, p.b), nil }
+func (p *pairArg) UnmarshalMsg(b []byte) ([]byte, error) {
+	if len(b) < 2 {
+		return b, errors.New("short")
+	}
+	p.a, p.b = b[0], b[1]
+	return b[2:], nil
+}
+
 func TestCodecOrder(t *testing.T) {
 	b, _ := Encode(nil, msgpArg{"hi"})
 	if string(b) != "Mhi" {
@@ -359,6 +393,32 @@ func TestCodecOrder(t *testing.T) {
 	}
 	if err := Decode([]byte{0xc1}, &p); !errors.Is(err, ErrCodec) {
 		t.Errorf("bad msgpack: %v", err)
+	}
+	// Every method appends to dst.
+	for _, v := range []any{msgpArg{"hi"}, binArg{7}, marshalArg{9}, []byte("raw"), plain{5}} {
+		alone, _ := Encode(nil, v)
+		if b, err := Encode([]byte("pre"), v); err != nil || string(b) != "pre"+string(alone) {
+			t.Errorf("Encode(%T) after a prefix: %q, %v; want \"pre\" then %q", v, b, err, alone)
+		}
+	}
+	// A msgp-style decode that leaves bytes over is an error.
+	var pa pairArg
+	if err := Decode([]byte{1, 2}, &pa); err != nil || pa != (pairArg{1, 2}) {
+		t.Errorf("two-byte pair: %v %v", err, pa)
+	}
+	if err := Decode([]byte{1, 2, 3}, &pa); !errors.Is(err, ErrCodec) {
+		t.Errorf("a pair with a trailing byte: %v, want ErrCodec", err)
+	}
+	// Decoding into a []byte copies: the message's buffer is reused once
+	// the handler returns.
+	msg := []byte("abc")
+	var raw []byte
+	if err := Decode(msg, &raw); err != nil || string(raw) != "abc" {
+		t.Fatalf("[]byte decode: %v %q", err, raw)
+	}
+	msg[0] = 'x'
+	if string(raw) != "abc" {
+		t.Errorf("the decoded []byte shares the message's memory: %q", raw)
 	}
 }
 

@@ -60,8 +60,8 @@ func TestFrameChecked(t *testing.T) {
 	}
 }
 
-// TestOFIRecordsChecked: an ofi message header with reserved bytes set, a
-// region question with its reserved word set, and a region answer with a
+// TestOFIRecordsChecked: an ofi message header with reserved bytes set or
+// a control message with a body, a region question with its reserved word set, and a region answer with a
 // status the protocol does not have are ErrBadFrame.
 func TestOFIRecordsChecked(t *testing.T) {
 	h := make([]byte, ofiHeader)
@@ -82,10 +82,54 @@ func TestOFIRecordsChecked(t *testing.T) {
 			t.Errorf("header with reserved byte %d set: %v", off, err)
 		}
 	}
+	if _, err := parseOFIHeader(append(append([]byte(nil), h...), 0)); !errors.Is(err, ErrBadFrame) {
+		t.Errorf("probe with a 1-byte body: %v", err)
+	}
 	if _, err := parseRegionAsk(change(ask, func(b []byte) { b[5] = 1 })); !errors.Is(err, ErrBadFrame) {
 		t.Errorf("question with its reserved word set: %v", err)
 	}
 	if _, err := parseRegionAnswer(change(answer, func(b []byte) { b[4] = ofiRegionNoSided + 1 })); !errors.Is(err, ErrBadFrame) {
 		t.Errorf("answer with status %d: %v", ofiRegionNoSided+1, err)
+	}
+}
+
+// TestRingChecked: a ring a peer formatted is taken only with its magic
+// and a capacity that is a power of two (the fuzz seeds are well-formed).
+func TestRingChecked(t *testing.T) {
+	mem := make([]byte, ringBytes(4, 8))
+	if _, err := initRing(mem, 4, 8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openRing(mem); err != nil {
+		t.Fatalf("well-formed ring: %v", err)
+	}
+	for name, edit := range map[string]func(r *ring){
+		"no magic":   func(r *ring) { r.word(0).Store(0) },
+		"capacity 3": func(r *ring) { r.word(8).Store(3) },
+	} {
+		bad := make([]byte, len(mem))
+		copy(bad, mem)
+		edit(&ring{mem: bad})
+		if _, err := openRing(bad); !errors.Is(err, ErrBadEndpoint) {
+			t.Errorf("ring with %s: %v, want ErrBadEndpoint", name, err)
+		}
+	}
+}
+
+// TestCallAreaChecked: a call area whose rings do not have its slot count
+// is refused.
+func TestCallAreaChecked(t *testing.T) {
+	mem := make([]byte, callAreaBytes(4, 64))
+	if _, err := initCallArea(mem, 4, 64); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openCallArea(mem); err != nil {
+		t.Fatalf("well-formed call area: %v", err)
+	}
+	// The free ring says 2 cells where the area has 4 slots (2 still fit
+	// the ring's memory, so only the area's own check can see it).
+	(&ring{mem: mem[callHeader:]}).word(8).Store(2)
+	if _, err := openCallArea(mem); !errors.Is(err, ErrBadEndpoint) {
+		t.Errorf("call area with a free ring of 2 cells for 4 slots: %v, want ErrBadEndpoint", err)
 	}
 }

@@ -15,7 +15,8 @@ import (
 
 // TestCallReturnCalleeKilled (reliability): the callee's process dies
 // (SIGKILL, in the handler) while a one-sided CallReturn waits for its
-// reply; the caller gets ErrRankDead within seconds, over shm and tcp.
+// reply; the caller gets ErrRankDead within seconds, over shm and tcp, and
+// so does a Synchronizer's Wait with a call outstanding.
 func TestCallReturnCalleeKilled(t *testing.T) {
 	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
@@ -39,6 +40,16 @@ func TestCallReturnCalleeKilled(t *testing.T) {
 				_, err = m.CallReturn(ctx, 1, die, nil, obj)
 				switch {
 				case errors.Is(err, dsfabric.ErrRankDead):
+					// A synchronizer still counting a call to the dead
+					// rank stops waiting too.
+					sy, err := m.NewSynchronizer(1)
+					if err != nil {
+						return err
+					}
+					defer sy.Close()
+					if err := sy.Wait(ctx); !errors.Is(err, dsfabric.ErrRankDead) {
+						return errors.New("Synchronizer.Wait with a rank dead gave " + errString(err) + ", want ErrRankDead")
+					}
 					return nil
 				case errors.Is(err, context.DeadlineExceeded):
 					return errors.New("CallReturn was still waiting 10 s after its callee's process died (it must watch the callee's rank)")

@@ -137,11 +137,48 @@ func TestOneSidedCallVariants(t *testing.T) {
 				if o, b := binary.LittleEndian.Uint64(res), binary.LittleEndian.Uint64(res[8:]); o != 2*rounds+100 || b != 0 {
 					return fmt.Errorf("callee checked %d buffers right and %d wrong, want %d and 0", o, b, 2*rounds+100)
 				}
+				if err := synchronizerSlots(m); err != nil {
+					return err
+				}
 				stopped = true
 				return m.Call(1, hStop, nil)
 			})
 		})
 	}
+}
+
+// synchronizerSlots checks m's pool of synchronizer counters (one is open
+// already): it holds syncSlotCount, the next is ErrFull, and closed ones
+// are used again — twice the pool opened and closed one at a time.
+func synchronizerSlots(m *Messengers) error {
+	var open []*Synchronizer
+	defer func() {
+		for _, s := range open {
+			s.Close()
+		}
+	}()
+	for i := 1; i < syncSlotCount; i++ {
+		s, err := m.NewSynchronizer(0)
+		if err != nil {
+			return fmt.Errorf("synchronizer %d of %d: %w", i+1, syncSlotCount, err)
+		}
+		open = append(open, s)
+	}
+	if _, err := m.NewSynchronizer(0); !errors.Is(err, ErrFull) {
+		return fmt.Errorf("synchronizer %d of %d: %v, want ErrFull", syncSlotCount+1, syncSlotCount, err)
+	}
+	for _, s := range open {
+		s.Close()
+	}
+	open = nil
+	for i := 0; i < 2*syncSlotCount; i++ {
+		s, err := m.NewSynchronizer(1)
+		if err != nil {
+			return fmt.Errorf("synchronizer %d opened after closing the one before: %w", i, err)
+		}
+		s.Close()
+	}
+	return nil
 }
 
 // TestPoller (§4.4, process-level consumer): thread 1 of rank 0 never
