@@ -13,12 +13,12 @@ import (
 )
 
 // TestCorruptRecordStopsOneMessenger (reliability): a deliberately corrupted
-// but sealed record — from the wrong thread, or with more argument bytes
-// than payload — injected into thread 0's stream to thread 2 makes thread 2
+// but sealed record — from the wrong thread, with more argument bytes than
+// payload, or a call-and-return with its reserved word set — injected into thread 0's stream to thread 2 makes thread 2
 // report a protocol error naming thread 0 and stop that messenger; not one
 // call written after it runs, while thread 1's calls all run.
 func TestCorruptRecordStopsOneMessenger(t *testing.T) {
-	for _, kind := range []string{"wrong-source", "argument-overrun"} {
+	for _, kind := range []string{"wrong-source", "argument-overrun", "return-reserved"} {
 		t.Run(kind, func(t *testing.T) {
 			var hSeq dsfabric.HandlerID
 			var seqs sequence
@@ -58,6 +58,9 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 				default:
 					deadline := time.Now().Add(60 * time.Second)
 					for from[1].Load() < others || !injected.Load() || m.Err() == nil {
+						if n := from[0].Load(); n > before {
+							return fmt.Errorf("%d calls of thread 0 ran: the corrupt record was taken for a call", n)
+						}
 						if m.Poll() == 0 && time.Now().After(deadline) {
 							return fmt.Errorf("timed out: %d from thread 0, %d from thread 1, error %v", from[0].Load(), from[1].Load(), m.Err())
 						}
@@ -91,6 +94,17 @@ func injectCorrupt(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, k
 		return err
 	}
 	args := binary.LittleEndian.AppendUint64(nil, 1<<40)
+	if kind == "return-reserved" { // a well-formed call-and-return but for its reserved word
+		obj, err := m.NewRemoteObject(8)
+		if err != nil {
+			return err
+		}
+		a := binary.LittleEndian.AppendUint32(nil, uint32(h))
+		a = binary.LittleEndian.AppendUint32(a, 1)
+		a = binary.LittleEndian.AppendUint64(a, 1)
+		a, _ = obj.loc.AppendBinary(a)
+		args = append(a, args...)
+	}
 	size := recordSize(len(args))
 	if ok, err := s.reserve(size, Retry); !ok || err != nil {
 		return fmt.Errorf("no room for the corrupt record: %v", err)
@@ -107,6 +121,8 @@ func injectCorrupt(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, k
 		putRecord(b, h, m.self, args, nil)
 		binary.LittleEndian.PutUint32(b[12:], uint32(len(args)+64))
 		binary.LittleEndian.PutUint64(b[size-recordSeal:], sealOf(binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])))
+	case "return-reserved":
+		putRecord(b, returnHandler, m.self, args, nil)
 	}
 	return s.write(mem)
 }

@@ -35,6 +35,16 @@ func TestCallReturnRemoteObject(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				for _, n := range []int{-1, m.p.cfg.MaxPayload() + 1} {
+					if _, err := m.NewRemoteObject(n); !errors.Is(err, ErrTooLarge) {
+						return fmt.Errorf("a RemoteObject of %d bytes (MaxPayload %d): %v, want ErrTooLarge", n, m.p.cfg.MaxPayload(), err)
+					}
+				}
+				o, err := m.NewRemoteObject(m.p.cfg.MaxPayload())
+				if err != nil || o.Capacity() != m.p.cfg.MaxPayload() {
+					return fmt.Errorf("a RemoteObject of MaxPayload bytes: %v", err)
+				}
+				o.Close(m)
 				for i := 0; i < 1000; i++ {
 					v, err := CallReturnTyped[int](ctx, m, 1, hInc, i, obj)
 					if err != nil || v != i+1 {
