@@ -264,7 +264,20 @@ func goal(w *strings.Builder, name string, got, want float64, higher bool) {
 	if !higher {
 		cmp = "≤"
 	}
-	fmt.Fprintf(w, "| %s | %s | %s %s | %s |\n", name, strconv.FormatFloat(got, 'f', 2, 64), cmp, strconv.FormatFloat(want, 'f', 2, 64), status)
+	fmt.Fprintf(w, "| %s | %s | %s %s | %s |\n", name, ratioText(got, want), cmp, strconv.FormatFloat(want, 'f', 2, 64), status)
+}
+
+// ratioText prints got with two decimals, or as many more (up to six) as
+// it takes to tell it from want: a 0.499 against a goal of 0.5 read
+// "0.50 ≥ 0.50, not met".
+func ratioText(got, want float64) string {
+	goal := strconv.FormatFloat(want, 'f', 2, 64)
+	for prec := 2; ; prec++ {
+		t := strconv.FormatFloat(got, 'f', prec, 64)
+		if got == want || prec == 6 || t != goal+strings.Repeat("0", prec-2) {
+			return t
+		}
+	}
 }
 
 // tcpSection writes the across-machines table: our tcp transport beside

@@ -154,3 +154,41 @@ func TestReport(t *testing.T) {
 		t.Error("generated part duplicated")
 	}
 }
+
+// TestRatioText: a ratio just short of (or past) its goal is printed with
+// the decimals that tell it from the goal; others with two.
+func TestRatioText(t *testing.T) {
+	for _, c := range []struct {
+		got, want float64
+		text      string
+	}{
+		{0.4987, 0.5, "0.499"},
+		{1.8004, 1.8, "1.8004"},
+		{0.5, 0.5, "0.50"},
+		{0.43, 0.5, "0.43"},
+		{2.0049, 2, "2.005"},
+		{0.5000000001, 0.5, "0.500000"},
+	} {
+		if got := ratioText(c.got, c.want); got != c.text {
+			t.Errorf("ratioText(%v, %v) = %q, want %q", c.got, c.want, got, c.text)
+		}
+	}
+	// A shortfall just under (or just over, for a bound from above) the
+	// goal is not met, however it rounds.
+	for _, c := range []struct {
+		got, want float64
+		higher    bool
+		line      string
+	}{
+		{0.4987, 0.5, true, "| r | 0.499 | ≥ 0.50 | **not met** |\n"},
+		{0.5, 0.5, true, "| r | 0.50 | ≥ 0.50 | **met** |\n"},
+		{2.004, 2, false, "| r | 2.004 | ≤ 2.00 | **not met** |\n"},
+		{1.99, 2, false, "| r | 1.99 | ≤ 2.00 | **met** |\n"},
+	} {
+		var w strings.Builder
+		goal(&w, "r", c.got, c.want, c.higher)
+		if got := w.String(); got != c.line {
+			t.Errorf("goal line %q, want %q", got, c.line)
+		}
+	}
+}
