@@ -1071,6 +1071,15 @@ var mutations = []mutation{
 	{Name: "arena-add-stale", Focus: "TestArena", Rule: "a node of a finished phase is not added to the next",
 		File: "mcts/arena.go", Pkg: "./mcts",
 		Old: "\tg := ar.beginLocked(e)\n\tif g.epoch != e {\n\t\treturn 0, false", New: "\tg := ar.beginLocked(e)\n\tif false {\n\t\treturn 0, false"},
+	{Name: "report-goal-higher", Focus: "TestReport|TestRatioText", Rule: "a goal of at least X is not met below X",
+		File: "cmd/mctsbench/report.go", Pkg: "./cmd/mctsbench",
+		Old: "} else if (higher && got < want) || (!higher && got > want) {", New: "} else if (higher && got < want-0.05) || (!higher && got > want) {"},
+	{Name: "report-goal-lower", Focus: "TestReport|TestRatioText", Rule: "a goal of at most X is not met above X",
+		File: "cmd/mctsbench/report.go", Pkg: "./cmd/mctsbench",
+		Old: "} else if (higher && got < want) || (!higher && got > want) {", New: "} else if (higher && got < want) || (!higher && got > want*1.05) {"},
+	{Name: "report-ratio-decimals", Focus: "TestRatioText", Rule: "a ratio is printed with the decimals that tell it from its goal",
+		File: "cmd/mctsbench/report.go", Pkg: "./cmd/mctsbench",
+		Old: "if got == want || prec == 6 || t != goal+strings.Repeat(\"0\", prec-2) {", New: "if t != \"\" && goal != \"\" {"},
 }
 
 func main() {
