@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dtutils"
 )
 
@@ -176,6 +178,8 @@ func TestRegistrationRefusals(t *testing.T) {
 		{"output beyond CallBytes", Type{Name: "a", Methods: []Method{{MaxCost: 1, MaxOutput: 4096, Body: body}}}},
 		{"input beyond CallBytes", Type{Name: "a", Methods: []Method{{MaxCost: 1, MaxInput: 4096, Body: body}}}},
 		{"duplicate", Type{Name: SlottedPageType, Methods: []Method{{MaxCost: 1, Body: body}}}},
+		{"a name of 256 bytes", Type{Name: strings.Repeat("n", maxTypeName+1), Methods: []Method{{MaxCost: 1, Body: body}}}},
+		{"too many methods", Type{Name: "a", Methods: slices.Repeat([]Method{{MaxCost: 1, Body: body}}, maxMethods+1)}},
 	} {
 		if err := w.engine.Register(tc.typ); !errors.Is(err, ErrBadType) {
 			t.Errorf("%s: %v", tc.what, err)
@@ -188,8 +192,44 @@ func TestRegistrationRefusals(t *testing.T) {
 	if _, err := w.engine.Create("nope", m); !errors.Is(err, ErrBadType) {
 		t.Errorf("unregistered type: %v", err)
 	}
+	if _, err := w.engine.Create(SlottedPageType, alloc.Memory{}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("an instance in no memory: %v", err)
+	}
+	// Memory of another process (an initiator's) is no place for an
+	// instance: its RDMOs would run on memory the engine does not own.
+	other, err := w.initiator[0].proc.Registry().NewRegion(4096, alloc.RegionConfig{Name: "elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, _ := other.Memory(0, 4096)
+	if _, err := w.engine.Create(SlottedPageType, om); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("an instance in another process's memory: %v", err)
+	}
 	if _, err := NewEngine(w.target, EngineConfig{}); err == nil {
 		t.Error("a second engine on one process was accepted")
+	}
+	// Revoke takes only the capability itself: not one naming another
+	// process, nor one with another secret; the capability still works.
+	pm, _ := w.instance(t, 0, 4096)
+	InitSlottedPage(pm.Bytes(), 16)
+	c := w.create(t, SlottedPageType, pm)
+	for name, bad := range map[string]Capability{
+		"another process": {Process: c.Process + 1, ID: c.ID, Secret: c.Secret},
+		"another secret":  {Process: c.Process, ID: c.ID, Secret: c.Secret + 1},
+	} {
+		if err := w.engine.Revoke(bad); !errors.Is(err, ErrBadCapability) {
+			t.Errorf("Revoke of a capability with %s: %v, want ErrBadCapability", name, err)
+		}
+	}
+	if _, code, err := w.initiator[0].client.SlottedAppend(testCtx(t), c, tuple(0, 1)); err != nil || code != OK {
+		t.Errorf("the capability after refused revokes: %v %v", code, err)
+	}
+	if err := w.engine.Revoke(c); err != nil {
+		t.Errorf("Revoke of the capability itself: %v", err)
+	}
+	w.engine.Close()
+	if _, err := w.engine.Create(SlottedPageType, pm); !errors.Is(err, ErrClosed) {
+		t.Errorf("Create on a closed engine: %v, want ErrClosed", err)
 	}
 }
 
