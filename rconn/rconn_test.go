@@ -282,7 +282,7 @@ func TestHandshakeGarbage(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	for _, c := range []Config{{RingBytes: 1000}, {RingBytes: 1 << 10}, {Spin: -1}} {
+	for _, c := range []Config{{RingBytes: 1000}, {RingBytes: 1 << 10}, {RingBytes: maxRing * 2}, {Spin: -1}, {Spin: 2 * time.Second}, {HandshakeTimeout: -1}} {
 		if _, err := c.Listen("tcp", "127.0.0.1:0"); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%+v: %v", c, err)
 		}

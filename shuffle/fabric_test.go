@@ -355,3 +355,39 @@ func TestWiringMismatch(t *testing.T) {
 		t.Fatalf("rank %d: Connect with %d endpoints against a peer with %d: %v, want ErrBadOffer", f.Rank(), 1+f.Rank(), 2-f.Rank(), err)
 	}
 }
+
+// TestWiringRefusals: a stage of no endpoints or no users, and an SR stage
+// over a mesh (SR endpoints need processes of their own), are refused with
+// ErrBadConfig before anything is sent; the mesh then still wires a stage.
+func TestWiringRefusals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := dsfabric.NewHandlers()
+	w, err := NewWiring(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startFabric(t, ctx, h, 2, 1, "")
+	defer f.Close()
+	cfg := Config{Design: WR, BufferBytes: 2048, Depth: 4}
+	for _, c := range [][2]int{{0, 1}, {1, 0}} {
+		if _, err := w.Connect(ctx, f, cfg, c[0], c[1]); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("Connect with %d endpoints and %d users: %v, want ErrBadConfig", c[0], c[1], err)
+		}
+	}
+	m, err := w.Mesh(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if _, err := m.Stage(ctx, Config{Design: SR, BufferBytes: 2048, Depth: 4}, 1, 1); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("an SR stage over a mesh: %v, want ErrBadConfig", err)
+	}
+	eps, err := m.Stage(ctx, cfg, 1, 1)
+	if err != nil {
+		t.Fatalf("a WR stage after the refusals: %v", err)
+	}
+	if err := eps.Close(ctx); err != nil {
+		t.Errorf("closing the stage: %v", err)
+	}
+}
