@@ -1104,6 +1104,21 @@ var mutations = []mutation{
 	{Name: "rdmo-register-dup", Focus: "TestRegistrationRefusals", Rule: "a type name is registered once",
 		File: "rdmo/engine.go", Pkg: "./rdmo",
 		Old: "\tif _, dup := s.m[t.Name]; dup {", New: "\tif false {"},
+	{Name: "shuffle-connect-endpoints", Focus: "TestWiringRefusals", Rule: "a stage has at least one endpoint",
+		File: "shuffle/fabric.go", Pkg: "./shuffle",
+		Old: "\tif E < 1 || users < 1 {", New: "\tif users < 1 {"},
+	{Name: "shuffle-stage-sr", Focus: "TestWiringRefusals", Rule: "an SR stage is not wired over a mesh",
+		File: "shuffle/fabric.go", Pkg: "./shuffle",
+		Old: "\tif cfg.withDefaults().Design == SR {", New: "\tif false {"},
+	{Name: "rconn-config-ring-max", Focus: "TestConfig", Rule: "RingBytes is at most 1 GiB",
+		File: "rconn/config.go", Pkg: "./rconn",
+		Old: "case c.RingBytes < minRing || c.RingBytes > maxRing || c.RingBytes&(c.RingBytes-1) != 0:", New: "case c.RingBytes < minRing || c.RingBytes&(c.RingBytes-1) != 0:"},
+	{Name: "rconn-config-handshake", Focus: "TestConfig", Rule: "HandshakeTimeout is not negative",
+		File: "rconn/config.go", Pkg: "./rconn",
+		Old: "\tcase c.HandshakeTimeout < 0:", New: "\tcase false:"},
+	{Name: "rconn-config-spin-max", Focus: "TestConfig", Rule: "Spin is at most a second",
+		File: "rconn/config.go", Pkg: "./rconn",
+		Old: "\tcase c.Spin < 0 || c.Spin > time.Second:", New: "\tcase c.Spin < 0:"},
 }
 
 func main() {
