@@ -613,6 +613,13 @@ func TestRegistryResolve(t *testing.T) {
 	if err := reg.Release(r); !errors.Is(err, ErrUnknownRegion) {
 		t.Errorf("double release: %v", err)
 	}
+	reg.Close()
+	if r, err := reg.NewRegion(4096, RegionConfig{}); !errors.Is(err, ErrClosed) {
+		if r != nil {
+			reg.Release(r)
+		}
+		t.Errorf("NewRegion on a closed registry: %v, want ErrClosed", err)
+	}
 }
 
 func TestLocatorRoundTrip(t *testing.T) {
