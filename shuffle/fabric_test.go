@@ -334,19 +334,27 @@ func startFabric(t *testing.T, ctx context.Context, h *dsfabric.Handlers, procs,
 	return f
 }
 
+// wiredFabric starts a job of procs processes whose handlers hold a
+// Wiring, on the default transport; the job closes with the test.
+func wiredFabric(t *testing.T, ctx context.Context, procs, threads int) (*Wiring, *dsfabric.Fabric) {
+	t.Helper()
+	h := dsfabric.NewHandlers()
+	w, err := NewWiring(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startFabric(t, ctx, h, procs, threads, "")
+	t.Cleanup(func() { f.Close() })
+	return w, f
+}
+
 // TestWiringMismatch: processes that call Connect with different numbers
 // of endpoints (every process must pass the same) get ErrBadOffer, not a
 // crash or a half-wired stage.
 func TestWiringMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := dsfabric.NewHandlers()
-	w, err := NewWiring(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := startFabric(t, ctx, h, 2, 2, "")
-	defer f.Close()
+	w, f := wiredFabric(t, ctx, 2, 2)
 	eps, err := w.Connect(ctx, f, Config{Design: WR, BufferBytes: 2048, Depth: 4}, 1+f.Rank(), 1)
 	if err == nil {
 		eps.Close(ctx)
@@ -362,13 +370,7 @@ func TestWiringMismatch(t *testing.T) {
 func TestWiringRefusals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := dsfabric.NewHandlers()
-	w, err := NewWiring(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := startFabric(t, ctx, h, 2, 1, "")
-	defer f.Close()
+	w, f := wiredFabric(t, ctx, 2, 1)
 	cfg := Config{Design: WR, BufferBytes: 2048, Depth: 4}
 	for _, c := range [][2]int{{0, 1}, {1, 0}} {
 		if _, err := w.Connect(ctx, f, cfg, c[0], c[1]); !errors.Is(err, ErrBadConfig) {
