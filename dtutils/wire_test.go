@@ -107,9 +107,7 @@ func TestRingChecked(t *testing.T) {
 		"no magic":   func(r *ring) { r.word(0).Store(0) },
 		"capacity 3": func(r *ring) { r.word(8).Store(3) },
 	} {
-		bad := make([]byte, len(mem))
-		copy(bad, mem)
-		edit(&ring{mem: bad})
+		bad := change(mem, func(b []byte) { edit(&ring{mem: b}) })
 		if _, err := openRing(bad); !errors.Is(err, ErrBadEndpoint) {
 			t.Errorf("ring with %s: %v, want ErrBadEndpoint", name, err)
 		}
