@@ -260,6 +260,33 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 			t.Fatalf("write-imm receive: %+v", r)
 		}
 	})
+	t.Run("LargeSendAndWriteImm", func(t *testing.T) {
+		// Beyond a connection's first read buffer (tcp's 256 KiB): a send
+		// and a WriteImm, applied once whole, arrive intact, and small
+		// messages after them still do.
+		a, b := connectPair(t, mk, nil)
+		for i, n := range []int{1 << 20, 600 << 10, 8} {
+			if err := b.proc.PostRecv(b.mem(t, 0, 1<<20), uint64(700+i)); err != nil {
+				t.Fatal(err)
+			}
+			src := a.mem(t, 1<<20, n)
+			fill(src.Bytes(), n)
+			op, want := OpSend, OpRecv
+			if i == 1 {
+				op, want = OpWriteImm, OpRecvImm
+			}
+			if c := post(t, a.qp, WorkRequest{Op: op, Local: src, Remote: b.loc(t, 0, n), Imm: uint32(i)}); c.Status != StatusSuccess {
+				t.Fatalf("%v of %d bytes: %+v", op, n, c)
+			}
+			r := wait(t, b.proc.RecvCQ())
+			if r.Op != want || r.Status != StatusSuccess || r.WRID != uint64(700+i) || r.Bytes != n || r.Imm != uint32(i) {
+				t.Fatalf("receive of the %d-byte %v: %+v", n, op, r)
+			}
+			if !bytes.Equal(b.buf.Bytes()[:n], src.Bytes()) {
+				t.Fatalf("the %d-byte %v: target differs", n, op)
+			}
+		}
+	})
 	t.Run("SendInlineAndClaims", func(t *testing.T) {
 		// Sends of up to recvInlineMax bytes travel inside the completion
 		// and are copied into the receive the target takes when it polls;

@@ -1,6 +1,7 @@
 package dtutils
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -216,6 +217,60 @@ func TestTransmitterReadAndAtomics(t *testing.T) {
 			dst, _ := a.buf.Memory(512, 8)
 			if err := tx.Read(ctx, dst, w); err != nil || binary.LittleEndian.Uint64(dst.Bytes()) != 1 {
 				t.Fatalf("Read = %d, %v", binary.LittleEndian.Uint64(dst.Bytes()), err)
+			}
+		})
+	}
+}
+
+// TestTransmitterWriteImm: a WriteImm through the Transmitter lands its
+// data, consumes one posted receive at the target with its immediate, and
+// one with no receive posted fails the Transmitter with ErrReceiverNotReady.
+func TestTransmitterWriteImm(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			a, b := connectPair(t, tr.make, nil)
+			tx, err := NewTransmitter(a.qp, 1024, TransmitterConfig{SignalEvery: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			const n = 5
+			for i := 0; i < n; i++ {
+				if err := b.proc.PostRecv(b.mem(t, 64*i, 8), uint64(300+i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < n; i++ {
+				src := a.mem(t, 256*i, 24)
+				fill(src.Bytes(), i)
+				if err := tx.WriteImm(src, b.loc(t, 8192+256*i, 24), uint32(40+i)); err != nil {
+					t.Fatalf("WriteImm %d: %v", i, err)
+				}
+			}
+			if err := tx.Flush(ctx); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			for i := 0; i < n; i++ {
+				r := wait(t, b.proc.RecvCQ())
+				if r.Op != OpRecvImm || r.Status != StatusSuccess || r.WRID != uint64(300+i) || r.Imm != uint32(40+i) || r.Bytes != 24 {
+					t.Fatalf("receive %d: %+v", i, r)
+				}
+				want := make([]byte, 24)
+				fill(want, i)
+				if got := b.buf.Bytes()[8192+256*i : 8192+256*i+24]; !bytes.Equal(got, want) {
+					t.Fatalf("write %d landed %x, want %x", i, got, want)
+				}
+			}
+			if tx.Poll() < 0 || tx.Err() != nil {
+				t.Fatalf("after the writes: Err = %v", tx.Err())
+			}
+			// No receive left at the target: the write is refused, and the
+			// Transmitter reports it, as a verbs queue pair would.
+			src := a.mem(t, 0, 8)
+			tx.WriteImm(src, b.loc(t, 0, 8), 1)
+			if err := tx.Flush(ctx); !errors.Is(err, ErrReceiverNotReady) || !errors.Is(tx.Err(), ErrReceiverNotReady) {
+				t.Fatalf("WriteImm with no receive posted: Flush = %v, Err = %v", err, tx.Err())
 			}
 		})
 	}
