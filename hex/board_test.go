@@ -249,6 +249,42 @@ func TestPlayErrors(t *testing.T) {
 	}
 }
 
+// TestBoardEdges: cells off the board are neither legal nor named, a
+// colour that is not a player cannot be given the move, and a won
+// position has no moves left.
+func TestBoardEdges(t *testing.T) {
+	b := mustBoard(t, 3)
+	for _, c := range []Cell{-1, -4, 9, 12} {
+		if b.Legal(c) {
+			t.Errorf("cell %d of a 3×3 board is legal", c)
+		}
+		if n := CellName(c, 3); n != "?" {
+			t.Errorf("cell %d of a 3×3 board is named %q", c, n)
+		}
+	}
+	h := b.Hash()
+	b.SetToMove(Empty)
+	if b.ToMove() != Black || b.Hash() != h {
+		t.Errorf("SetToMove(Empty): %v to move, hash %#x (was %#x)", b.ToMove(), b.Hash(), h)
+	}
+	b.SetToMove(White)
+	if b.ToMove() != White || b.Hash() == h {
+		t.Errorf("SetToMove(White): %v to move, hash unchanged %v", b.ToMove(), b.Hash() == h)
+	}
+	// Black connects top to bottom down column a; cells remain empty.
+	for y := 0; y < 3; y++ {
+		if err := b.PlayColor(Black, b.Cell(0, y)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := b.Winner(); w != Black {
+		t.Fatalf("winner %v, want Black", w)
+	}
+	if m := b.Moves(nil); len(m) != 0 {
+		t.Errorf("a won position has moves %v", m)
+	}
+}
+
 // exactBlackRate enumerates every colouring of the empty n×n board with
 // ⌈n²/2⌉ black cells and returns the fraction Black wins.
 func exactBlackRate(n int) float64 {

@@ -259,6 +259,65 @@ func TestPoller(t *testing.T) {
 	})
 }
 
+// TestPollerAllThreads: a Poller for which no thread is named serves every
+// thread of its process, each call running with its own thread as Dst.
+func TestPollerAllThreads(t *testing.T) {
+	var hCount dsfabric.HandlerID
+	var ran [2]atomic.Int64
+	var wrongDst atomic.Int64
+	ready, served := make(chan struct{}), make(chan struct{})
+	const calls = 200
+	job(t, 1, 2, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
+		hCount, _ = hs.Register("count", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if c.Dst != dsfabric.ThreadID(a[0]) {
+				wrongDst.Add(1)
+			}
+			ran[a[0]].Add(1)
+			return nil, nil
+		})
+	}, func(m *Messengers) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if m.ID() == 0 { // sends to both threads, polling nothing
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			for i := 0; i < calls; i++ {
+				for dst := range 2 {
+					if err := m.Call(dsfabric.ThreadID(dst), hCount, []byte{byte(dst)}); err != nil {
+						return err
+					}
+				}
+			}
+			<-served
+			return nil
+		}
+		defer close(served)
+		pl, err := m.p.NewPoller()
+		close(ready)
+		if err != nil {
+			return err
+		}
+		if th := pl.Threads(); len(th) != 2 || th[0] != 0 || th[1] != 1 {
+			return fmt.Errorf("a Poller for no named thread serves %v, want [0 1]", th)
+		}
+		for ran[0].Load()+ran[1].Load() < 2*calls {
+			if pl.Poll() == 0 {
+				if ctx.Err() != nil {
+					return fmt.Errorf("the Poller ran %d and %d calls, want %d each", ran[0].Load(), ran[1].Load(), calls)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		if ran[0].Load() != calls || ran[1].Load() != calls || wrongDst.Load() != 0 {
+			return fmt.Errorf("ran %d and %d calls, %d with the wrong Dst", ran[0].Load(), ran[1].Load(), wrongDst.Load())
+		}
+		return pl.Err()
+	})
+}
+
 // TestNestedPollRunsNothing: a handler that polls (directly, as a call that
 // waits for room would) runs no calls: none runs twice or out of order.
 func TestNestedPollRunsNothing(t *testing.T) {
