@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -144,6 +145,9 @@ func TestHalfClose(t *testing.T) {
 		got, err := io.ReadAll(s)
 		if err != nil || string(got) != "half" {
 			t.Fatalf("read %q, %v", got, err)
+		}
+		if _, err := c.Write([]byte("more")); !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("a write after CloseWrite: %v, want EPIPE", err)
 		}
 		s.Write([]byte("back"))
 		b := make([]byte, 4)
@@ -329,7 +333,45 @@ func TestSleepersAreRung(t *testing.T) {
 		if !bytes.Equal(got, data) {
 			t.Fatal("the data differ")
 		}
+		// A reader asleep with no deadline, then given one in the past.
+		s.SetReadDeadline(time.Time{})
+		rerr := make(chan error, 1)
+		go func() { _, err := s.Read(one[:]); rerr <- err }()
+		time.Sleep(30 * time.Millisecond)
+		s.SetReadDeadline(time.Now().Add(-time.Millisecond))
+		if err := awaitErr(rerr, 5*time.Second); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a sleeping reader whose deadline moved into the past: %v", err)
+		}
+		// A writer asleep for room (s does not read; 64 MiB is past a
+		// socket's buffers too), then given a deadline in the past.
+		c.SetWriteDeadline(time.Time{})
+		go func() { _, err := c.Write(make([]byte, 64<<20)); werr <- err }()
+		time.Sleep(30 * time.Millisecond)
+		c.SetWriteDeadline(time.Now().Add(-time.Millisecond))
+		if err := awaitErr(werr, 5*time.Second); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a writer asleep for room whose deadline moved into the past: %v", err)
+		}
+		// A reader asleep, woken by its peer's CloseWrite: end of stream.
+		c.SetReadDeadline(time.Time{})
+		go func() { _, err := c.Read(one[:]); rerr <- err }()
+		time.Sleep(30 * time.Millisecond)
+		if err := s.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if err := awaitErr(rerr, 5*time.Second); err != io.EOF {
+			t.Fatalf("a sleeping reader whose peer closed its writing side: %v, want io.EOF", err)
+		}
 	})
+}
+
+// awaitErr returns what errc delivers, or a timeout error after d.
+func awaitErr(errc <-chan error, d time.Duration) error {
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("nothing after %v: the sleeper was not woken", d)
+	}
 }
 
 // TestRecordBeyondRing: a record header whose length runs past the ring
