@@ -277,16 +277,22 @@ func (c *coordinator) serve() {
 					c.left <- r
 					return
 				}
-				rd := rbuf{b: b}
-				switch rd.u8() {
+				m, err := decodeControl(b, len(c.conns), msgBarrier, msgBye)
+				if err != nil {
+					// A barrier read wrong would release the wrong one, or
+					// none: the rank is cut off, with the reason.
+					c.f.log.Error("dsfabric: malformed coordinator message; cutting the rank off", "rank", r, "err", err)
+					c.f.markDead(r, fmt.Sprintf("sent a malformed coordinator message: %v", err))
+					c.conns[r].Close() // the next read fails: the loop ends as for a death
+					continue
+				}
+				switch m.typ {
 				case msgBarrier:
-					c.arrive(r, rd.u32())
+					c.arrive(r, m.seq)
 				case msgBye:
 					c.mu.Lock()
 					c.byes[r] = true
 					c.mu.Unlock()
-				default:
-					c.f.log.Warn("dsfabric: unexpected coordinator message", "rank", r, "type", b[0])
 				}
 			}
 		}(r)
@@ -326,7 +332,7 @@ func (c *coordinator) check() {
 	for _, seq := range done {
 		for r := 1; r < len(c.conns); r++ {
 			if !c.f.isDead(r) {
-				c.send(r, wbuf{msgRelease}.u32(seq))
+				c.send(r, control{typ: msgRelease, seq: seq}.encode())
 			}
 		}
 		c.f.released(seq)
@@ -337,7 +343,7 @@ func (c *coordinator) check() {
 func (c *coordinator) announce(rank int, reason string) {
 	for r := 1; r < len(c.conns); r++ {
 		if r != rank && !c.f.isDead(r) {
-			c.send(r, wbuf{msgDead}.u32(uint32(rank)).str([]byte(reason)))
+			c.send(r, control{typ: msgDead, rank: uint32(rank), reason: []byte(reason)}.encode())
 		}
 	}
 	c.check()
@@ -432,17 +438,18 @@ func (c *client) serve() {
 			}
 			return
 		}
-		r := rbuf{b: b}
-		switch r.u8() {
+		m, err := decodeControl(b, c.f.names.Size, msgRelease, msgDead)
+		if err != nil {
+			c.f.log.Error("dsfabric: malformed message from rank 0; leaving the job", "err", err)
+			c.f.markDead(0, fmt.Sprintf("sent a malformed coordinator message: %v", err))
+			c.conn.Close()
+			return
+		}
+		switch m.typ {
 		case msgRelease:
-			c.f.released(r.u32())
+			c.f.released(m.seq)
 		case msgDead:
-			rank, reason := r.u32(), r.str()
-			if r.err == nil && int(rank) < c.f.names.Size {
-				c.f.markDead(int(rank), "rank 0 reports: "+string(reason))
-			}
-		default:
-			c.f.log.Warn("dsfabric: unexpected message from rank 0", "type", b[0])
+			c.f.markDead(int(m.rank), "rank 0 reports: "+string(m.reason))
 		}
 	}
 }

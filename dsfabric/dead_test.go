@@ -73,3 +73,45 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestMalformedControlCutsRankOff (reliability, bad input): a rank that
+// sends rank 0 a malformed coordinator message (a barrier without its
+// sequence) is cut off and reported dead with the reason, on both sides,
+// and barriers go on without it. Before, the short frame counted as an
+// arrival at barrier 0.
+func TestMalformedControlCutsRankOff(t *testing.T) {
+	f, err := Start(context.Background(), Config{Procs: 2, Args: jobtest.RunArgs(t), Logger: quiet, BootstrapTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := 1 - f.Rank()
+	if f.Rank() == 1 {
+		if err := f.client.send([]byte{msgBarrier}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.deadErr(other) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank %d: rank %d still live 10 s after the malformed message", f.Rank(), other)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := f.deadErr(other); !errors.Is(err, ErrRankDead) || (f.Rank() == 0 && !strings.Contains(err.Error(), "malformed")) {
+		t.Fatalf("rank %d: %v, want ErrRankDead (at rank 0 with the reason)", f.Rank(), err)
+	}
+	if f.Rank() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatalf("a barrier after rank 1 was cut off: %v", err)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("rank %d: Close still waiting 15 s after its peer was cut off", f.Rank())
+	}
+}

@@ -808,7 +808,7 @@ func (f *Fabric) Barrier(ctx context.Context) error {
 	f.barMu.Unlock()
 	if f.coord != nil {
 		f.coord.arrive(0, seq)
-	} else if err := f.client.send(wbuf{msgBarrier}.u32(seq)); err != nil {
+	} else if err := f.client.send(control{typ: msgBarrier, seq: seq}.encode()); err != nil {
 		return fmt.Errorf("%w: barrier: %v", ErrRankDead, f.deadErrOr(0, err))
 	}
 	select {
@@ -851,7 +851,7 @@ func (f *Fabric) Close() error {
 		}
 		f.closing.Store(true)
 		if f.client != nil {
-			f.client.send(wbuf{msgBye})
+			f.client.send(control{typ: msgBye}.encode())
 		} else if f.coord != nil {
 			live := 0
 			for r := 1; r < f.names.Size; r++ {

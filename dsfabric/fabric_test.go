@@ -482,6 +482,7 @@ func FuzzCallMessage(f *testing.F) {
 }
 
 // FuzzCoordinatorMessages: every decoder of the coordinator protocol
+// (bootstrap and control messages)
 // fails with ErrBadMessage or accepts, and whatever it accepts encodes back
 // to the same bytes (round trip).
 func FuzzCoordinatorMessages(f *testing.F) {
@@ -492,6 +493,9 @@ func FuzzCoordinatorMessages(f *testing.F) {
 	f.Add(encodeRanks(msgPlan, nil))
 	f.Add(encodeRanks(msgReach, []int{1, 4})) // rank 4 of a job of 4
 	f.Add(encodeEndpoints(msgPeers, []epEntry{{peer: 4, ep: []byte{1}}}))
+	f.Add(control{typ: msgBarrier, seq: 3}.encode())
+	f.Add(control{typ: msgBye}.encode())
+	f.Add(control{typ: msgDead, rank: 1, reason: []byte("why")}.encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const size = 4
 		h, herr := decodeHello(data)
@@ -499,7 +503,12 @@ func FuzzCoordinatorMessages(f *testing.F) {
 		es, eerr := decodeEndpoints(data, msgPeers, size)
 		rr, rerr := decodeRanks(data, msgReach, size)
 		pr, perr := decodeRanks(data, msgPlan, size)
-		for _, err := range []error{herr, terr, eerr, rerr, perr} {
+		cz, czerr := decodeControl(data, size, msgBarrier, msgBye)
+		cr, crerr := decodeControl(data, size, msgRelease, msgDead)
+		if crerr == nil && cr.typ == msgDead && cr.rank >= size {
+			t.Fatalf("a death of rank %d accepted in a job of %d", cr.rank, size)
+		}
+		for _, err := range []error{herr, terr, eerr, rerr, perr, czerr, crerr} {
 			if err != nil && !errors.Is(err, ErrBadMessage) {
 				t.Fatalf("error without ErrBadMessage: %v", err)
 			}
@@ -520,6 +529,8 @@ func FuzzCoordinatorMessages(f *testing.F) {
 			"endpoints": eerr != nil || bytes.Equal(encodeEndpoints(msgPeers, es), data),
 			"reach":     rerr != nil || bytes.Equal(encodeRanks(msgReach, rr), data),
 			"plan":      perr != nil || bytes.Equal(encodeRanks(msgPlan, pr), data),
+			"to rank 0": czerr != nil || bytes.Equal(cz.encode(), data),
+			"to a rank": crerr != nil || bytes.Equal(cr.encode(), data),
 		} {
 			if !ok {
 				t.Fatalf("%s re-encodes differently", name)

@@ -112,7 +112,10 @@ func decodeHello(b []byte) (hello, error) {
 		return hello{}, fmt.Errorf("%w: protocol version %d, want %d", ErrBadMessage, v, protoVersion)
 	}
 	h := hello{rank: r.u32(), size: r.u32(), token: r.str(), machine: string(r.str()), probe: r.str()}
-	return h, r.done()
+	if err := r.done(); err != nil {
+		return hello{}, err
+	}
+	return h, nil
 }
 
 // member is one rank's entry of the table.
@@ -142,7 +145,10 @@ func decodeTable(b []byte, size int) ([]member, error) {
 	for i := 0; i < int(n) && r.err == nil; i++ {
 		ms = append(ms, member{machine: string(r.str()), probe: r.str()})
 	}
-	return ms, r.done()
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	return ms, nil
 }
 
 // encodeRanks and decodeRanks are msgReach and msgPlan: a list of ranks.
@@ -171,7 +177,59 @@ func decodeRanks(b []byte, typ uint8, size int) ([]int, error) {
 		}
 		out = append(out, int(v))
 	}
-	return out, r.done()
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// control is a coordinator message of a running job: a barrier's
+// arrival (msgBarrier) or release (msgRelease), a death (msgDead) or a
+// rank's goodbye (msgBye).
+type control struct {
+	typ    uint8
+	seq    uint32 // msgBarrier, msgRelease
+	rank   uint32 // msgDead
+	reason []byte // msgDead
+}
+
+func (c control) encode() []byte {
+	w := wbuf{c.typ}
+	switch c.typ {
+	case msgBarrier, msgRelease:
+		w = w.u32(c.seq)
+	case msgDead:
+		w = w.u32(c.rank).str(c.reason)
+	}
+	return w
+}
+
+// decodeControl parses a control message of one of the types the
+// receiving side expects (rank 0: barrier and bye; the others: release
+// and dead), in a job of size ranks.
+func decodeControl(b []byte, size int, types ...uint8) (control, error) {
+	r := rbuf{b: b}
+	c := control{typ: r.u8()}
+	known := false
+	for _, t := range types {
+		known = known || c.typ == t
+	}
+	if r.err == nil && !known {
+		return control{}, fmt.Errorf("%w: coordinator message of type %d here", ErrBadMessage, c.typ)
+	}
+	switch c.typ {
+	case msgBarrier, msgRelease:
+		c.seq = r.u32()
+	case msgDead:
+		c.rank, c.reason = r.u32(), r.str()
+		if r.err == nil && int(c.rank) >= size {
+			return control{}, fmt.Errorf("%w: rank %d dead in a job of %d", ErrBadMessage, c.rank, size)
+		}
+	}
+	if err := r.done(); err != nil {
+		return control{}, err
+	}
+	return c, nil
 }
 
 // epEntry is one queue-pair endpoint in msgEndpoints / msgPeers.
@@ -206,7 +264,10 @@ func decodeEndpoints(b []byte, typ uint8, size int) ([]epEntry, error) {
 		}
 		es = append(es, e)
 	}
-	return es, r.done()
+	if err := r.done(); err != nil {
+		return nil, err // not the entries read before the error
+	}
+	return es, nil
 }
 
 // ---- calls (send-based messages between ranks) ----

@@ -69,3 +69,51 @@ func TestMessagesChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestControlMessagesChecked: the coordinator's messages of a running job
+// (barrier, release, dead, bye) decode only when whole, of a type the
+// receiving side expects, and naming a rank of the job; before, a short
+// barrier frame counted as an arrival at barrier 0.
+func TestControlMessagesChecked(t *testing.T) {
+	const size = 3
+	toZero := []uint8{msgBarrier, msgBye}
+	toRank := []uint8{msgRelease, msgDead}
+	for _, c := range []struct {
+		m     control
+		types []uint8
+	}{
+		{control{typ: msgBarrier, seq: 7}, toZero},
+		{control{typ: msgBye}, toZero},
+		{control{typ: msgRelease, seq: 1 << 31}, toRank},
+		{control{typ: msgDead, rank: 2, reason: []byte("gone")}, toRank},
+	} {
+		b := c.m.encode()
+		got, err := decodeControl(b, size, c.types...)
+		if err != nil || got.typ != c.m.typ || got.seq != c.m.seq || got.rank != c.m.rank || string(got.reason) != string(c.m.reason) {
+			t.Errorf("%+v decodes as %+v, %v", c.m, got, err)
+		}
+	}
+	barrier := control{typ: msgBarrier, seq: 7}.encode()
+	dead := control{typ: msgDead, rank: 2, reason: []byte("gone")}.encode()
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		types []uint8
+	}{
+		{"an empty message", nil, toZero},
+		{"a barrier without its sequence", barrier[:1], toZero},
+		{"a barrier with half a sequence", barrier[:3], toZero},
+		{"a barrier with a trailing byte", append(append([]byte(nil), barrier...), 0), toZero},
+		{"a bye with a body", append(control{typ: msgBye}.encode(), 1), toZero},
+		{"a release sent to rank 0", control{typ: msgRelease, seq: 1}.encode(), toZero},
+		{"a barrier sent to a rank", barrier, toRank},
+		{"a hello after bootstrap", hello{rank: 1, size: size}.encode(), toZero},
+		{"a death of rank 3 in a job of 3", control{typ: msgDead, rank: size}.encode(), toRank},
+		{"a death with a short reason", dead[:len(dead)-1], toRank},
+		{"a death with a reason over maxString", control{typ: msgDead, reason: make([]byte, maxString+1)}.encode(), toRank},
+	} {
+		if _, err := decodeControl(c.b, size, c.types...); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("%s: %v, want ErrBadMessage", c.name, err)
+		}
+	}
+}
