@@ -680,11 +680,100 @@ func TestDefaultDepth(t *testing.T) {
 // per group each, more than the pool's Depth per destination; the sender
 // grows its pool instead of waiting for buffers that will not come back.
 func TestManyHeldBuffers(t *testing.T) {
+	// A pool that cannot grow hangs (30 s is plenty for 400 records).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	j := newJob(t, transports[0].make, 2, 1, 4, Config{BufferBytes: 256, Depth: 1})
 	// Four threads, eight multicast groups over two destinations: up to 32
 	// buffers held at once, with a pool of Depth×2+1 = 3.
 	groups := [][]int{{0}, {1}, {0, 1}, {1, 0}, {0}, {1}, {0, 1}, {1}}
-	j.run(t, testCtx(t), runSpec{threads: 4, records: func(int, int) int { return 100 }, dest: hashDest, groups: func(int) [][]int { return groups }})
+	j.run(t, ctx, runSpec{threads: 4, records: func(int, int) int { return 100 }, dest: hashDest, groups: func(int) [][]int { return groups }})
+}
+
+// TestEndpointMisuse: what a caller can get wrong with the endpoints is
+// refused with its error and loses nothing: a buffer grown past
+// BufferBytes (ErrTooLarge), a destination that does not exist
+// (ErrBadConfig), a Release naming no source (ErrBadBuffer), Acquire and
+// PutData after Close (ErrClosed); closing a Receiver again does nothing.
+// The stream still ends normally afterwards.
+func TestEndpointMisuse(t *testing.T) {
+	ctx := testCtx(t)
+	j := newJob(t, transports[0].make, 2, 1, 1, Config{BufferBytes: 256, Depth: 2})
+	s, r := j.senders[0][0], j.receivers[1][0]
+	b, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Data = append(b.Data, make([]byte, 257)...)
+	if err := s.PutData(ctx, b, []int{1}, false); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("PutData of 257 bytes in a 256-byte buffer: %v, want ErrTooLarge", err)
+	}
+	for _, d := range []int{-1, 2} {
+		b, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutData(ctx, b, []int{d}, false); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("PutData to destination %d of 2: %v, want ErrBadConfig", d, err)
+		}
+	}
+	for _, src := range []int{-1, 2} {
+		if err := r.Release(In{Src: src}); !errors.Is(err, ErrBadBuffer) {
+			t.Errorf("Release of a buffer from source %d of 2: %v, want ErrBadBuffer", src, err)
+		}
+	}
+	// One record still goes through, then every stream ends.
+	b, err = s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Data = append(b.Data, "kept"...)
+	if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+		t.Fatal(err)
+	}
+	late, err := s.Acquire(ctx) // held across Close
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	go func() { errs <- s.Close(ctx) }()
+	go func() { errs <- j.senders[1][0].Close(ctx) }()
+	go func() { errs <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
+	var got []string
+	for {
+		in, err := r.GetData(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Data) > 0 {
+			got = append(got, string(in.Data))
+		}
+		if err := r.Release(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 1 || got[0] != "kept" {
+		t.Fatalf("received %q, want the one buffer sent", got)
+	}
+	if _, err := s.Acquire(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if err := s.PutData(ctx, late, []int{1}, false); !errors.Is(err, ErrClosed) {
+		t.Errorf("PutData after Close: %v, want ErrClosed", err)
+	}
+	for i := range 2 {
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Receiver.Close, time %d: %v", i+1, err)
+		}
+	}
 }
 
 // TestSection6_AdaptiveWindow (seed 004 §6): an adaptive receiver widens
