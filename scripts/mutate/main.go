@@ -1251,6 +1251,18 @@ var mutations = []mutation{
 	{Name: "shuffle-stalled-flag", Focus: "TestSection6_Adaptive", Rule: "a buffer the window held back is marked stalled",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
 		Old: "\t\t\tflags |= flagStalled // the window held this buffer back\n", New: ""},
+	{Name: "mcts-evaluate-mover", Focus: "TestSequentialTactics|TestSolvedOpenings3", Rule: "a leaf's playouts count for the player who moved into it",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "\tmover := 1 - toMove\n", New: "\tmover := toMove\n"},
+	{Name: "mcts-evaluate-won", Focus: "TestSequentialTactics|TestSolvedOpenings3", Rule: "a won leaf counts all its playouts for the winner",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "\t\tif winner == mover {\n\t\t\treturn uint32(playouts)\n\t\t}", New: "\t\tif false {\n\t\t\treturn uint32(playouts)\n\t\t}"},
+	{Name: "mcts-ucb-explore", Focus: "TestSequentialTactics|TestSolvedOpenings3|TestSequentialOpenings", Rule: "selection adds the exploration term to a child's value",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "if score := s.q + k*s.inv; score > bestScore {", New: "if score := s.q + 0*k*s.inv; score > bestScore {"},
+	{Name: "mcts-pending-not-loss", Focus: "TestRolloutsUnderWayAreNotLosses", Rule: "rollouts under way count as visits, not as losses",
+		File: "mcts/node.go", Pkg: "./mcts",
+		Old: "\ts.q = pendingValue\n", New: "\ts.q = 0\n"},
 }
 
 func main() {
