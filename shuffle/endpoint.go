@@ -261,6 +261,10 @@ type held struct {
 type OutBuffer struct {
 	Data []byte // len: the bytes to send; cap: BufferBytes
 	idx  int
+	// from is the Sender that handed the buffer out, until PutData or
+	// Discard gives it back: a buffer given back twice would be handed
+	// out twice.
+	from *Sender
 }
 
 // NewSender makes a SEND endpoint of proc for dests connections (Attach
@@ -389,7 +393,7 @@ func (s *Sender) Acquire(ctx context.Context) (*OutBuffer, error) {
 		if n := len(s.free); n > 0 {
 			i := s.free[n-1]
 			s.free = s.free[:n-1]
-			return &OutBuffer{Data: s.bufs[i].Bytes()[:0], idx: i}, nil
+			return &OutBuffer{Data: s.bufs[i].Bytes()[:0], idx: i, from: s}, nil
 		}
 		if !s.inFlight() {
 			// Every buffer sits in the users' output buffers (many threads,
@@ -473,18 +477,25 @@ func (s *Sender) retire() {
 	}
 }
 
-// Discard gives back a buffer from Acquire that will not be sent.
+// Discard gives back a buffer from Acquire that will not be sent. A
+// buffer already given back (sent or discarded), or another Sender's, is
+// left alone.
 func (s *Sender) Discard(b *OutBuffer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if b.from != s {
+		return
+	}
+	b.from = nil
 	if s.refs[b.idx] == 0 {
 		s.free = append(s.free, b.idx)
 	}
 }
 
-// PutData transmits b to the destinations dests and takes b back (it must
-// not be used after). depleted marks it the last buffer of this endpoint
-// to them. It waits while a destination has Depth buffers unconsumed.
+// PutData transmits b to the destinations dests and takes b back, whatever
+// it returns (b must not be used after; given back twice, it is
+// ErrBadBuffer). depleted marks it the last buffer of this endpoint to
+// them. It waits while a destination has Depth buffers unconsumed.
 func (s *Sender) PutData(ctx context.Context, b *OutBuffer, dests []int, depleted bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -494,14 +505,14 @@ func (s *Sender) PutData(ctx context.Context, b *OutBuffer, dests []int, deplete
 	if err := procClosed(s.proc); err != nil {
 		return err
 	}
+	if b.from != s {
+		return fmt.Errorf("%w: a buffer sent or discarded already, or of another endpoint", ErrBadBuffer)
+	}
+	b.from = nil // given back, whatever putLocked returns
 	return s.putLocked(ctx, b, dests, depleted)
 }
 
 func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, depleted bool) error {
-	n := len(b.Data)
-	if n > s.cfg.BufferBytes {
-		return fmt.Errorf("%w: %d bytes in a %d-byte buffer", ErrTooLarge, n, s.cfg.BufferBytes)
-	}
 	var w waiter
 	s.refs[b.idx]++ // held by this call until every destination has it
 	defer func() {
@@ -509,6 +520,10 @@ func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, deple
 			s.free = append(s.free, b.idx)
 		}
 	}()
+	n := len(b.Data)
+	if n > s.cfg.BufferBytes {
+		return fmt.Errorf("%w: %d bytes in a %d-byte buffer", ErrTooLarge, n, s.cfg.BufferBytes)
+	}
 	for _, d := range dests {
 		if d < 0 || d >= len(s.conns) || s.conns[d].qp == nil {
 			return fmt.Errorf("%w: destination %d not attached", ErrBadConfig, d)

@@ -708,6 +708,36 @@ func TestEndpointMisuse(t *testing.T) {
 	if err := s.PutData(ctx, b, []int{1}, false); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("PutData of 257 bytes in a 256-byte buffer: %v, want ErrTooLarge", err)
 	}
+	// Given back once: a second PutData or Discard of the same buffer, or
+	// a buffer of another Sender, would hand one buffer out twice.
+	if err := s.PutData(ctx, b, []int{1}, false); !errors.Is(err, ErrBadBuffer) {
+		t.Errorf("PutData of a buffer given back already: %v, want ErrBadBuffer", err)
+	}
+	s.Discard(b)
+	foreign, err := j.senders[1][0].Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutData(ctx, foreign, []int{1}, false); !errors.Is(err, ErrBadBuffer) {
+		t.Errorf("PutData of another Sender's buffer: %v, want ErrBadBuffer", err)
+	}
+	j.senders[1][0].Discard(foreign)
+	held := map[int]bool{}
+	var bs []*OutBuffer
+	for range 5 { // the pool: Depth × 2 destinations + 1
+		b, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held[b.idx] {
+			t.Fatalf("buffer %d handed out twice", b.idx)
+		}
+		held[b.idx] = true
+		bs = append(bs, b)
+	}
+	for _, b := range bs {
+		s.Discard(b)
+	}
 	for _, d := range []int{-1, 2} {
 		b, err := s.Acquire(ctx)
 		if err != nil {

@@ -1263,6 +1263,9 @@ var mutations = []mutation{
 	{Name: "mcts-pending-not-loss", Focus: "TestRolloutsUnderWayAreNotLosses", Rule: "rollouts under way count as visits, not as losses",
 		File: "mcts/node.go", Pkg: "./mcts",
 		Old: "\ts.q = pendingValue\n", New: "\ts.q = 0\n"},
+	{Name: "shuffle-given-back-once", Focus: "TestEndpointMisuse", Rule: "a buffer goes back to its Sender once",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "\tif b.from != s {\n\t\treturn fmt.Errorf(", New: "\tif false {\n\t\treturn fmt.Errorf("},
 }
 
 func main() {
