@@ -1266,6 +1266,18 @@ var mutations = []mutation{
 	{Name: "shuffle-given-back-once", Focus: "TestEndpointMisuse", Rule: "a buffer goes back to its Sender once",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
 		Old: "\tif b.from != s {\n\t\treturn fmt.Errorf(", New: "\tif false {\n\t\treturn fmt.Errorf("},
+	{Name: "control-known-type", Focus: "TestControlMessagesChecked|TestMalformedControlCutsRankOff", Rule: "a side takes only the control messages it expects",
+		File: "dsfabric/wire.go", Pkg: "./dsfabric",
+		Old: "\tif r.err == nil && !known {\n", New: "\tif false && !known {\n"},
+	{Name: "control-dead-rank", Focus: "TestControlMessagesChecked", Rule: "a death names a rank of the job",
+		File: "dsfabric/wire.go", Pkg: "./dsfabric",
+		Old: "\t\tif r.err == nil && int(c.rank) >= size {\n", New: "\t\tif false {\n"},
+	{Name: "control-whole", Focus: "TestControlMessagesChecked|TestMalformedControlCutsRankOff", Rule: "a control message is read whole, nothing short or trailing",
+		File: "dsfabric/wire.go", Pkg: "./dsfabric",
+		Old: "\tif err := r.done(); err != nil {\n\t\treturn control{}, err\n\t}", New: "\tif err := r.err; false {\n\t\treturn control{}, err\n\t}"},
+	{Name: "coord-malformed-cuts-off", Focus: "TestMalformedControlCutsRankOff", Rule: "a rank that sends rank 0 a malformed message is cut off",
+		File: "dsfabric/coord.go", Pkg: "./dsfabric",
+		Old: "\t\t\t\t\tc.f.markDead(r, fmt.Sprintf(\"sent a malformed coordinator message: %v\", err))\n\t\t\t\t\tc.conns[r].Close() // the next read fails: the loop ends as for a death\n\t\t\t\t\tcontinue", New: "\t\t\t\t\tcontinue"},
 }
 
 func main() {
