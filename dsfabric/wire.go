@@ -3,6 +3,7 @@ package dsfabric
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // Every byte format of package dsfabric that crosses a process boundary is
@@ -210,11 +211,7 @@ func (c control) encode() []byte {
 func decodeControl(b []byte, size int, types ...uint8) (control, error) {
 	r := rbuf{b: b}
 	c := control{typ: r.u8()}
-	known := false
-	for _, t := range types {
-		known = known || c.typ == t
-	}
-	if r.err == nil && !known {
+	if r.err == nil && !slices.Contains(types, c.typ) {
 		return control{}, fmt.Errorf("%w: coordinator message of type %d here", ErrBadMessage, c.typ)
 	}
 	switch c.typ {
