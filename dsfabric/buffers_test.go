@@ -57,7 +57,9 @@ func TestBufferCallsChecked(t *testing.T) {
 		tail, _ = dl.AppendBinary(tail)
 		hd := callHdr{kind: kindCall, flags: flagReadBuf, handler: hBuf, src: uint32(me), dst: uint32(other)}
 		refused := NewSynchronizer(1, Executed, nil)
-		f.syncFlags(refused, &hd)
+		if err := f.syncFlags(refused, &hd); err != nil {
+			t.Fatal(err)
+		}
 		if err := f.send(1-f.Rank(), hd, nil, tail, nil); err != nil {
 			t.Fatal(err)
 		}

@@ -158,12 +158,21 @@ func (f *Fabric) thread(dst ThreadID) (int, error) {
 	return f.names.Rank(dst), nil
 }
 
-// syncFlags prepares a call's notification.
-func (f *Fabric) syncFlags(s *Synchronizer, h *callHdr) {
-	if s != nil && s.mode == Executed {
+// syncFlags prepares a call's notification. A synchronizer already at
+// zero is refused: its notifications would drive it below zero, and an
+// Executed one would stay registered for good.
+func (f *Fabric) syncFlags(s *Synchronizer, h *callHdr) error {
+	if s == nil {
+		return nil
+	}
+	if s.finished() {
+		return fmt.Errorf("%w: Add to its count before the call", ErrSyncDone)
+	}
+	if s.mode == Executed {
 		h.flags |= flagNotify
 		h.callID = f.register(s)
 	}
+	return nil
 }
 
 // transmitted counts a Transmitted synchronizer down after a send.
@@ -183,14 +192,18 @@ func (f *Fabric) Call(src, dst ThreadID, h HandlerID, args []byte, s *Synchroniz
 		return err
 	}
 	hd := callHdr{kind: kindCall, handler: h, src: uint32(src), dst: uint32(dst)}
-	f.syncFlags(s, &hd)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
 	return transmitted(s, f.send(rank, hd, args, nil, nil))
 }
 
 // CallService runs h with args on a service thread of process rank.
 func (f *Fabric) CallService(src ThreadID, rank int, h HandlerID, args []byte, s *Synchronizer) error {
 	hd := callHdr{kind: kindCall, flags: flagService, handler: h, src: uint32(src), dst: uint32(rank * f.names.ThreadsPerProcess)}
-	f.syncFlags(s, &hd)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
 	return transmitted(s, f.send(rank, hd, args, nil, nil))
 }
 
@@ -202,7 +215,9 @@ func (f *Fabric) CallBuffer(src, dst ThreadID, h HandlerID, args, buf []byte, s 
 		return err
 	}
 	hd := callHdr{kind: kindCall, handler: h, src: uint32(src), dst: uint32(dst)}
-	f.syncFlags(s, &hd)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
 	return transmitted(s, f.send(rank, hd, args, buf, nil))
 }
 
@@ -216,7 +231,9 @@ func (f *Fabric) CallBufferWrite(src, dst ThreadID, h HandlerID, args []byte, or
 	}
 	lb, _ := dest.MarshalBinary()
 	hd := callHdr{kind: kindCall, flags: flagDestBuf, handler: h, src: uint32(src), dst: uint32(dst)}
-	f.syncFlags(s, &hd)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
 	pre := &dtutils.WorkRequest{Op: dtutils.OpWrite, Local: orig, Remote: dest}
 	return transmitted(s, f.send(rank, hd, args, lb, pre))
 }
@@ -233,7 +250,9 @@ func (f *Fabric) CallBufferRead(src, dst ThreadID, h HandlerID, args []byte, ori
 	lb, _ := orig.Locator().AppendBinary(make([]byte, 0, 2*locSize))
 	lb, _ = dest.AppendBinary(lb)
 	hd := callHdr{kind: kindCall, flags: flagReadBuf, handler: h, src: uint32(src), dst: uint32(dst)}
-	f.syncFlags(s, &hd)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
 	return transmitted(s, f.send(rank, hd, args, lb, nil))
 }
 
@@ -347,7 +366,9 @@ func (f *Fabric) Broadcast(src ThreadID, h HandlerID, args []byte, s *Synchroniz
 // BroadcastBuffer is Broadcast with a buffer travelling in the call.
 func (f *Fabric) BroadcastBuffer(src ThreadID, h HandlerID, args, buf []byte, s *Synchronizer) error {
 	hd := callHdr{kind: kindBroadcast, handler: h, src: uint32(src), dst: uint32(f.rank)}
-	f.syncFlags(s, &hd)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
 	// The root sends to itself too: its workers run the call like everyone's.
 	return transmitted(s, f.send(f.rank, hd, args, buf, nil))
 }

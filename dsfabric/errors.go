@@ -26,4 +26,8 @@ var (
 	ErrBadConfig = errors.New("dsfabric: bad config")
 	// ErrCodec: arguments could not be encoded or decoded.
 	ErrCodec = errors.New("dsfabric: cannot encode or decode value")
+	// ErrSyncDone: a call was given a Synchronizer whose count had
+	// already reached zero (raise it with Add before the calls); nothing
+	// was sent.
+	ErrSyncDone = errors.New("dsfabric: synchronizer already at zero")
 )

@@ -269,6 +269,16 @@ func TestMisuse(t *testing.T) {
 		if err := local.WaitContext(ctx); err != nil || !ran.Load() {
 			t.Fatal("Transmitted synchronizer not counted down after the call was sent")
 		}
+		// A synchronizer already at zero (finished, or made with 0) is
+		// refused, and nothing stays registered.
+		for _, s := range []*Synchronizer{local, NewSynchronizer(0, Executed, nil)} {
+			if err := f.Call(me, other, hEcho, []byte("x"), s); !errors.Is(err, ErrSyncDone) {
+				t.Fatalf("a call with a %v synchronizer at zero: %v, want ErrSyncDone", s.Mode(), err)
+			}
+		}
+		if n := f.syncs.Size(); n != 0 {
+			t.Fatalf("%d synchronizers registered by refused calls", n)
+		}
 		big := make([]byte, 64<<10)
 		if err := f.Call(me, other, hEcho, big, nil); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("oversize call: %v", err)

@@ -32,7 +32,8 @@ type Synchronizer struct {
 }
 
 // NewSynchronizer returns a synchronizer expecting n notifications; fn, if
-// not nil, runs (once) when the count reaches zero.
+// not nil, runs (once) when the count reaches zero. One made with n = 0 is
+// done at once: calls refuse it (ErrSyncDone).
 func NewSynchronizer(n int, mode Notify, fn func()) *Synchronizer {
 	s := &Synchronizer{mode: mode, fn: fn, done: make(chan struct{})}
 	s.n.Store(int64(n))
@@ -68,6 +69,16 @@ func (s *Synchronizer) finish() {
 		}
 		close(s.done)
 	})
+}
+
+// finished reports whether the count has reached zero.
+func (s *Synchronizer) finished() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Wait blocks until the count reaches zero.
