@@ -21,10 +21,7 @@ func engines(p *Process) int {
 // something (callers back off on 0); an operation lands when the target
 // only calls Progress; and a closed connection's engine leaves the list.
 func TestProgressEngines(t *testing.T) {
-	a, b := connectPair(t, transports[1].make, nil) // tcp
-	if transports[1].name != "tcp" {
-		t.Fatal("transports[1] is not tcp")
-	}
+	a, b := tcpPair(t)
 	if engines(a.proc) != 1 || engines(b.proc) != 1 {
 		t.Fatalf("engines: %d and %d, want one per queue pair", engines(a.proc), engines(b.proc))
 	}
@@ -78,7 +75,7 @@ func TestProgressEngines(t *testing.T) {
 // every second or so: this test checks the hand-over happens, not how
 // soon (scripts/mutate leaves the hint's removal out for that reason).
 func TestProgressIdleHandsOver(t *testing.T) {
-	a, _ := connectPair(t, transports[1].make, nil)
+	a, _ := tcpPair(t)
 	q := a.qp.(*tcpQP)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -487,9 +487,7 @@ func (s *Sender) Discard(b *OutBuffer) {
 		return
 	}
 	b.from = nil
-	if s.refs[b.idx] == 0 {
-		s.free = append(s.free, b.idx)
-	}
+	s.free = append(s.free, b.idx) // never sent: nothing else holds it
 }
 
 // PutData transmits b to the destinations dests and takes b back, whatever
