@@ -18,8 +18,11 @@ func engines(p *Process) int {
 
 // TestProgressEngines: a tcp queue pair is a progress engine of its
 // process while it is open; Progress counts only the engines that did
-// something (callers back off on 0); an operation lands when the target
-// only calls Progress; and a closed connection's engine leaves the list.
+// something (callers back off on 0); a write completes while both sides
+// poll; and a closed connection's engine leaves the list. (Whether
+// Progress or an engine's own goroutine applies the write is a race: an
+// engine watches its socket whenever polls pause for a millisecond, so
+// the test does not ask which.)
 func TestProgressEngines(t *testing.T) {
 	a, b := tcpPair(t)
 	if engines(a.proc) != 1 || engines(b.proc) != 1 {
@@ -43,18 +46,15 @@ func TestProgressEngines(t *testing.T) {
 	}
 	var c [1]Completion
 	deadline := time.Now().Add(10 * time.Second)
-	progressed := 0
 	for a.qp.CQ().Poll(c[:]) == 0 {
-		progressed += b.proc.Progress() + a.proc.Progress()
+		b.proc.Progress()
+		a.proc.Progress()
 		if time.Now().After(deadline) {
 			t.Fatal("no completion")
 		}
 	}
 	if c[0].Status != StatusSuccess || c[0].WRID != 9 {
 		t.Fatalf("completion %+v", c[0])
-	}
-	if progressed == 0 {
-		t.Error("the write landed, but Progress never reported progress")
 	}
 	if err := b.qp.Close(); err != nil {
 		t.Fatal(err)
