@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/seriema-go/seriema/numa"
 )
 
@@ -76,9 +78,19 @@ func TestRegionSharedWithChild(t *testing.T) {
 	for i := range mem {
 		mem[i] = byte(i * 7)
 	}
+	// The child gets a duplicate: an os.File made on r.FD() itself would
+	// close the region's descriptor when collected, and the region's Close
+	// would then close whatever file had reused the number (once it was
+	// this binary's coverage profile).
+	dup, err := unix.Dup(r.FD())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(dup), "region")
+	defer f.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(size))
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(r.FD()), "region")}
+	cmd.ExtraFiles = []*os.File{f}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {

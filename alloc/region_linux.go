@@ -118,7 +118,10 @@ func (r *Region) ID() uint32 { return r.id }
 // Key returns the region's random 64-bit access key.
 func (r *Region) Key() uint64 { return r.key }
 
-// FD returns the memfd backing the region; it stays owned by the region.
+// FD returns the memfd backing the region; it stays owned by the region,
+// which closes it. To hand it to another owner (an os.File, a child's
+// ExtraFiles), duplicate it first: an os.File closes its descriptor when
+// it is collected.
 func (r *Region) FD() int { return r.fd }
 
 // Bytes returns the whole mapping; its length is the requested size rounded
