@@ -6,7 +6,7 @@ FUZZTIME ?= 30s
 # The race detector slows the suite about 5×; it still fits 10 minutes on 2 cores.
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: all build build-ofi demo test lint vet fmt-check bench fuzz setup clean soak mutate
+.PHONY: all build build-ofi demo test lint vet fmt-check bench fuzz setup clean soak mutate cover
 
 all: build
 
@@ -79,6 +79,11 @@ fuzz:
 # survives or is caught after 60 s. docs/reliability.md has the table.
 mutate:
 	$(GO) run ./scripts/mutate -md $(BIN)/mutate.md
+
+# Statement coverage per package from one profile (bin/cover.out), the
+# self-launched ranks of multi-process tests included (scripts/cover.sh).
+cover:
+	@GO=$(GO) BIN=$(BIN) sh scripts/cover.sh
 
 clean:
 	rm -rf $(BIN)

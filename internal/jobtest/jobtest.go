@@ -4,16 +4,25 @@
 package jobtest
 
 import (
+	"flag"
 	"regexp"
 	"strings"
 	"testing"
 )
 
-// RunArgs returns the test-binary arguments that select exactly t.
+// RunArgs returns the test-binary arguments that select exactly t. Under
+// go test -cover they also name the parent's coverage directory, so that
+// the ranks' counters are merged into the package's profile: without it a
+// rank's coverage is lost and go test -coverprofile misses whatever only
+// the other ranks run.
 func RunArgs(t testing.TB) []string {
 	parts := strings.Split(t.Name(), "/")
 	for i, p := range parts {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
-	return []string{"-test.run=" + strings.Join(parts, "/")}
+	args := []string{"-test.run=" + strings.Join(parts, "/")}
+	if f := flag.Lookup("test.gocoverdir"); f != nil && f.Value.String() != "" && testing.CoverMode() != "" {
+		args = append(args, "-test.gocoverdir="+f.Value.String())
+	}
+	return args
 }
