@@ -59,6 +59,9 @@ func TestAggregatorTradBatches(t *testing.T) {
 // room as it runs the calls.
 func flushKept(a *Aggregator) error {
 	for deadline := time.Now().Add(30 * time.Second); a.Exceeding() != 0; {
+		if ex := a.Exceeding(); ex < 0 {
+			return fmt.Errorf("%d bytes kept: the count went below zero", ex)
+		}
 		if err := a.Flush(); err != nil {
 			return err
 		}
@@ -153,6 +156,76 @@ func TestAggregatorOvflBatchesKeptCalls(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAggregatorOvflKeepsLargeCalls (§4.4.2): a call larger than a batch
+// that finds the messenger full is kept as a record of its own, behind the
+// batch of small calls kept before it, and counts against MaxExceeding
+// like any other kept call; once the receiver polls, small and large calls
+// arrive once, in order, with their bytes intact.
+func TestAggregatorOvflKeepsLargeCalls(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail}
+	const flush, large, maxEx = 1024, 3000, 48 << 10
+	seq := sequence{body: true}
+	var h dsfabric.HandlerID
+	accepted := make(chan int, 1)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		stalledReceiver(&seq, accepted),
+		func(m *Messengers) (err error) {
+			defer func() {
+				if err != nil {
+					select {
+					case accepted <- 0: // the receiver need not wait 30 s
+					default:
+					}
+				}
+			}()
+			a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, FlushSize: flush, MaxExceeding: maxEx})
+			if err != nil {
+				return err
+			}
+			args := make([]byte, large)
+			i := 0
+			call := func(size int) error {
+				binary.LittleEndian.PutUint64(args, uint64(i))
+				seqBody(args[8:size], uint64(i))
+				if err := a.Call(0, h, args[:size]); err != nil {
+					return err
+				}
+				i++
+				return nil
+			}
+			sizes := []int{8, 8, large}
+			for a.Exceeding() == 0 { // until the messenger is full
+				if err := call(sizes[i%3]); err != nil {
+					return err
+				}
+			}
+			// Small calls kept in a batch, then a large one behind it.
+			for k := 0; k < 6; k++ {
+				if err := call(sizes[i%3]); err != nil {
+					return err
+				}
+			}
+			if ex := a.Exceeding(); ex < large {
+				return fmt.Errorf("%d bytes kept after large calls found the messenger full, want at least %d", ex, large)
+			}
+			for err == nil {
+				err = call(large)
+			}
+			ex := a.Exceeding()
+			if !errors.Is(err, ErrFull) || ex > maxEx || ex+large <= maxEx-recordSize(0) {
+				return fmt.Errorf("large calls kept up to %d bytes (MaxExceeding %d), then %v; want ErrFull within a call of the bound", ex, maxEx, err)
+			}
+			if err := call(large); !errors.Is(err, ErrFull) || a.Exceeding() != ex {
+				return fmt.Errorf("a large call past the bound: %v, %d bytes kept; want ErrFull, %d", err, a.Exceeding(), ex)
+			}
+			accepted <- i
+			return flushKept(a)
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order or changed")
+	}
 }
 
 // TestAggregatorOvflRetryWaitsAtBound: under policy Retry a call that

@@ -136,6 +136,14 @@ type sequence struct {
 	next  [64]uint64 // by sender thread
 	total atomic.Int64
 	bad   atomic.Int64
+	body  bool // the bytes after the number are seqBody's pattern
+}
+
+// seqBody fills b with call v's pattern, checked by a sequence with body.
+func seqBody(b []byte, v uint64) {
+	for i := range b {
+		b[i] = byte(v) + byte(i)
+	}
 }
 
 func (s *sequence) handler(c *dsfabric.Call, args []byte) ([]byte, error) {
@@ -143,6 +151,14 @@ func (s *sequence) handler(c *dsfabric.Call, args []byte) ([]byte, error) {
 	if v != s.next[c.Src] {
 		s.bad.Add(1)
 		return nil, fmt.Errorf("from %d: got %d, want %d", c.Src, v, s.next[c.Src])
+	}
+	if s.body {
+		for i, x := range args[8:] {
+			if x != byte(v)+byte(i) {
+				s.bad.Add(1)
+				return nil, fmt.Errorf("from %d: call %d of %d bytes: byte %d is %d, want %d", c.Src, v, len(args), 8+i, x, byte(v)+byte(i))
+			}
+		}
 	}
 	s.next[c.Src]++
 	s.total.Add(1)

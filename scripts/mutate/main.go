@@ -1281,6 +1281,15 @@ var mutations = []mutation{
 	{Name: "sync-done-refused", Focus: "TestMisuse", Rule: "a call refuses a Synchronizer already at zero",
 		File: "dsfabric/calls.go", Pkg: "./dsfabric",
 		Old: "\tif s.finished() {\n", New: "\tif false && s.finished() {\n"},
+	{Name: "ovfl-large-skips-batch", Focus: "TestAggregatorOvflKeepsLargeCalls", Rule: "a large kept call goes behind the batch kept before it (order)",
+		File: "riutils/aggregator.go", Pkg: "./riutils",
+		Old: "\t\ta.closeBatch(d) // order: the open batch goes before this call\n", New: "\t\t// mutated: no closeBatch\n"},
+	{Name: "ovfl-large-unbounded", Focus: "TestAggregatorOvflKeepsLargeCalls", Rule: "a large kept call counts against MaxExceeding",
+		File: "riutils/aggregator.go", Pkg: "./riutils",
+		Old: "\t\tif d.queued+n > a.cfg.MaxExceeding {\n\t\t\treturn true, a.exceeding(dst, d)\n\t\t}\n\t\ta.closeBatch(d)", New: "\t\tif d.queued+n > 2*a.cfg.MaxExceeding {\n\t\t\treturn true, a.exceeding(dst, d)\n\t\t}\n\t\ta.closeBatch(d)"},
+	{Name: "ovfl-large-uncounted", Focus: "TestAggregatorOvflKeepsLargeCalls", Rule: "a large kept call is counted in the bytes kept",
+		File: "riutils/aggregator.go", Pkg: "./riutils",
+		Old: "\t\td.queue = append(d.queue, keptRecord{mem, n})\n\t\td.queued += n\n", New: "\t\td.queue = append(d.queue, keptRecord{mem, n})\n\t\td.queued += n / 2\n"},
 }
 
 func main() {
