@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/seriema-go/seriema/internal/jobtest"
 	"github.com/seriema-go/seriema/numa"
 )
 
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(childEnv); v != "" {
 		os.Exit(childMain(v))
 	}
-	os.Exit(m.Run())
+	jobtest.Main(m)
 }
 
 // childMain checks the parent's pattern and writes the reverse one.

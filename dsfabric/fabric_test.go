@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
-	os.Exit(m.Run())
+	jobtest.Main(m)
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
+	"github.com/seriema-go/seriema/internal/jobtest"
 )
 
 // Cross-process tests re-execute the test binary as peers. Each peer prints
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(peerEnv); spec != "" {
 		os.Exit(peerMain(spec))
 	}
-	os.Exit(m.Run())
+	jobtest.Main(m)
 }
 
 const (

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seriema-go/seriema/internal/jobtest"
 )
 
 const peerEnv = "RCONN_TEST_PEER"
@@ -23,7 +25,7 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(peerEnv); addr != "" {
 		os.Exit(writerPeer(addr))
 	}
-	os.Exit(m.Run())
+	jobtest.Main(m)
 }
 
 // writerPeer dials addr and writes a counting stream until killed.

@@ -1,8 +1,9 @@
 package riutils
 
 import (
-	"os"
 	"testing"
+
+	"github.com/seriema-go/seriema/internal/jobtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
+func TestMain(m *testing.M) { jobtest.Main(m) }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seriema-go/seriema/internal/jobtest"
 	"github.com/seriema-go/seriema/rdmo"
 )
 
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(childArgsEnv); args != "" {
 		os.Exit(run(strings.Fields(args), os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	jobtest.Main(m)
 }
 
 // microArgsEnv carries the mctsbench command (micro or latency) a

@@ -4,7 +4,6 @@
 package jobtest
 
 import (
-	"flag"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,8 +20,8 @@ func RunArgs(t testing.TB) []string {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
 	args := []string{"-test.run=" + strings.Join(parts, "/")}
-	if f := flag.Lookup("test.gocoverdir"); f != nil && f.Value.String() != "" && testing.CoverMode() != "" {
-		args = append(args, "-test.gocoverdir="+f.Value.String())
+	if dir := coverDir(); dir != "" {
+		args = append(args, "-test.gocoverdir="+dir)
 	}
 	return args
 }
