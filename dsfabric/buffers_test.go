@@ -15,10 +15,11 @@ import (
 )
 
 // TestBufferCallsChecked (paper Table 1, the buffer variants): a
-// destination buffer of the wrong size is refused before anything moves,
-// a read whose origin is not the caller's memory is refused by the
-// callee, a handler's error reaches CallReturn's caller as ErrRemote, and
-// the connection works on after each.
+// destination buffer of the wrong size is refused before anything moves;
+// the callee refuses a read whose origin is not the caller's memory and a
+// write whose destination's key is wrong (both forged below the API); a
+// handler's error reaches CallReturn's caller as ErrRemote; and the
+// connection works on after each.
 func TestBufferCallsChecked(t *testing.T) {
 	var dest atomic.Pointer[alloc.Region]
 	var hBuf, hDest, hFail HandlerID
@@ -65,6 +66,22 @@ func TestBufferCallsChecked(t *testing.T) {
 		}
 		if err := refused.WaitContext(ctx); err != nil {
 			t.Fatalf("a read call whose origin is not the caller's was never answered: %v", err)
+		}
+		// A write call whose destination's key is wrong: the callee must
+		// not hand the handler memory the caller may not name.
+		badKey := dl
+		badKey.Key++
+		tail, _ = badKey.AppendBinary(nil)
+		hd = callHdr{kind: kindCall, flags: flagDestBuf, handler: hBuf, src: uint32(me), dst: uint32(other)}
+		refused = NewSynchronizer(1, Executed, nil)
+		if err := f.syncFlags(refused, &hd); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.send(1-f.Rank(), hd, nil, tail, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := refused.WaitContext(ctx); err != nil {
+			t.Fatalf("a write call whose destination has the wrong key was never answered: %v", err)
 		}
 		_, err := f.CallReturn(ctx, me, other, hFail, nil)
 		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "handler says no") {

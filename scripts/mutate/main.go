@@ -1290,6 +1290,9 @@ var mutations = []mutation{
 	{Name: "ovfl-large-uncounted", Focus: "TestAggregatorOvflKeepsLargeCalls", Rule: "a large kept call is counted in the bytes kept",
 		File: "riutils/aggregator.go", Pkg: "./riutils",
 		Old: "\t\td.queue = append(d.queue, keptRecord{mem, n})\n\t\td.queued += n\n", New: "\t\td.queue = append(d.queue, keptRecord{mem, n})\n\t\td.queued += n / 2\n"},
+	{Name: "dest-buffer-unchecked", Focus: "TestBufferCallsChecked", Rule: "the callee refuses a write call whose destination does not resolve",
+		File: "dsfabric/recv.go", Pkg: "./dsfabric",
+		Old: "\t\tif err == nil {\n\t\t\tbuf, err = f.proc.Registry().Resolve(dest)\n\t\t}", New: "\t\tif err == nil {\n\t\t\tbuf, _ = f.proc.Registry().Resolve(dest)\n\t\t}"},
 }
 
 func main() {
