@@ -1293,6 +1293,18 @@ var mutations = []mutation{
 	{Name: "dest-buffer-unchecked", Focus: "TestBufferCallsChecked", Rule: "the callee refuses a write call whose destination does not resolve",
 		File: "dsfabric/recv.go", Pkg: "./dsfabric",
 		Old: "\t\tif err == nil {\n\t\t\tbuf, err = f.proc.Registry().Resolve(dest)\n\t\t}", New: "\t\tif err == nil {\n\t\t\tbuf, _ = f.proc.Registry().Resolve(dest)\n\t\t}"},
+	{Name: "mcts-created-slot-unchecked", Focus: "TestActionsNamingNothing", Rule: "a created call naming a slot past the node's children is dropped",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "\tw.d.solo.lock(&n.mu)\n\tif int(slot) >= len(n.slots) {\n\t\tw.d.solo.unlock(&n.mu)\n\t\treturn\n\t}\n\ts := &n.slots[slot]", New: "\tw.d.solo.lock(&n.mu)\n\tif int(slot) > len(n.slots) {\n\t\tw.d.solo.unlock(&n.mu)\n\t\treturn\n\t}\n\ts := &n.slots[slot]"},
+	{Name: "mcts-backprop-wins-unchecked", Focus: "TestActionsNamingNothing", Rule: "a backprop with more wins than playouts is dropped",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "if int(slot) >= len(n.slots) || wins > cnt {", New: "if int(slot) >= len(n.slots) {"},
+	{Name: "mcts-steal-thief-unchecked", Focus: "TestActionsNamingNothing", Rule: "a steal naming a thread of this process or none of the job is ignored",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "if int(thief) >= d.all || d.local(thief) != nil {", New: "if int(thief) > d.all {"},
+	{Name: "mcts-eval-owner-unchecked", Focus: "TestActionsNamingNothing", Rule: "an eval naming a parent outside the job is dropped",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "if int(parent.owner) >= w.d.all {", New: "if int(parent.owner) > w.d.all {"},
 }
 
 func main() {
