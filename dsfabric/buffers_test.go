@@ -276,3 +276,41 @@ func sendBuffersReused(t *testing.T, transport string) {
 		}
 	})
 }
+
+// TestMalformedCallsDropped (bad input): messages whose header the
+// receiver cannot parse — an unknown kind, unknown flags — are dropped
+// without running anything, and their receive buffers and credits come
+// back: after three times the receive window of them, a call still goes
+// through and nobody is marked dead.
+func TestMalformedCallsDropped(t *testing.T) {
+	var ran atomic.Int64
+	var hRun HandlerID
+	const window = 8
+	jobWith(t, Config{Procs: 2, ThreadsPerProcess: 1, RecvBuffers: window}, func(h *Handlers) {
+		hRun, _ = h.Register("run", func(c *Call, a []byte) ([]byte, error) { ran.Add(1); return a, nil })
+	}, func(t *testing.T, f *Fabric) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		me, _ := f.Names().Thread(f.Rank(), 0)
+		other, _ := f.Names().Thread(1-f.Rank(), 0)
+		for i := 0; i < 3*window; i++ {
+			hd := callHdr{kind: kindCredit + 1 + uint8(i%2), handler: hRun, src: uint32(me), dst: uint32(other)}
+			if i%2 == 1 {
+				hd.kind, hd.flags = kindCall, flagsKnown+1
+			}
+			if err := f.send(1-f.Rank(), hd, []byte("forged"), nil, nil); err != nil {
+				t.Fatalf("sending malformed message %d: %v", i, err)
+			}
+		}
+		out, err := f.CallReturn(ctx, me, other, hRun, []byte("after"))
+		if err != nil || string(out) != "after" {
+			t.Fatalf("a call after %d malformed messages: %q, %v", 3*window, out, err)
+		}
+		if err := f.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := ran.Load(); n != 1 || f.DeadErr() != nil {
+			t.Fatalf("rank %d ran %d calls, want 1 (the well-formed one); dead: %v", f.Rank(), n, f.DeadErr())
+		}
+	})
+}

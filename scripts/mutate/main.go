@@ -1305,6 +1305,9 @@ var mutations = []mutation{
 	{Name: "mcts-eval-owner-unchecked", Focus: "TestActionsNamingNothing", Rule: "an eval naming a parent outside the job is dropped",
 		File: "mcts/distributed.go", Pkg: "./mcts",
 		Old: "if int(parent.owner) >= w.d.all {", New: "if int(parent.owner) > w.d.all {"},
+	{Name: "route-malformed-kept", Focus: "TestMalformedCallsDropped", Rule: "a message whose header does not parse is dropped, not routed",
+		File: "dsfabric/recv.go", Pkg: "./dsfabric",
+		Old: "\t\tf.log.Warn(\"dsfabric: dropping a malformed message\", \"from\", src, \"err\", err)\n\t\treturn\n", New: "\t\tf.log.Warn(\"dsfabric: dropping a malformed message\", \"from\", src, \"err\", err)\n"},
 }
 
 func main() {
