@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -57,15 +58,8 @@ func TestBufferCallsChecked(t *testing.T) {
 		tail, _ := forged.AppendBinary(nil)
 		tail, _ = dl.AppendBinary(tail)
 		hd := callHdr{kind: kindCall, flags: flagReadBuf, handler: hBuf, src: uint32(me), dst: uint32(other)}
-		refused := NewSynchronizer(1, Executed, nil)
-		if err := f.syncFlags(refused, &hd); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.send(1-f.Rank(), hd, nil, tail, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := refused.WaitContext(ctx); err != nil {
-			t.Fatalf("a read call whose origin is not the caller's was never answered: %v", err)
+		if err := forgedCall(ctx, f, hd, tail); err != nil {
+			t.Fatalf("a read call whose origin is not the caller's: %v", err)
 		}
 		// A write call whose destination's key is wrong: the callee must
 		// not hand the handler memory the caller may not name.
@@ -73,15 +67,8 @@ func TestBufferCallsChecked(t *testing.T) {
 		badKey.Key++
 		tail, _ = badKey.AppendBinary(nil)
 		hd = callHdr{kind: kindCall, flags: flagDestBuf, handler: hBuf, src: uint32(me), dst: uint32(other)}
-		refused = NewSynchronizer(1, Executed, nil)
-		if err := f.syncFlags(refused, &hd); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.send(1-f.Rank(), hd, nil, tail, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := refused.WaitContext(ctx); err != nil {
-			t.Fatalf("a write call whose destination has the wrong key was never answered: %v", err)
+		if err := forgedCall(ctx, f, hd, tail); err != nil {
+			t.Fatalf("a write call whose destination has the wrong key: %v", err)
 		}
 		_, err := f.CallReturn(ctx, me, other, hFail, nil)
 		if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "handler says no") {
@@ -110,6 +97,23 @@ func TestBufferCallsChecked(t *testing.T) {
 			t.Fatalf("rank %d after the refusals: %d buffer calls ran, want 1; dead: %v", f.Rank(), n, f.DeadErr())
 		}
 	})
+}
+
+// forgedCall sends a call made below the API, with an Executed
+// synchronizer, to the other rank, and waits for its answer (a refusal
+// answers too).
+func forgedCall(ctx context.Context, f *Fabric, hd callHdr, tail []byte) error {
+	s := NewSynchronizer(1, Executed, nil)
+	if err := f.syncFlags(s, &hd); err != nil {
+		return err
+	}
+	if err := f.send(1-f.Rank(), hd, nil, tail, nil); err != nil {
+		return err
+	}
+	if err := s.WaitContext(ctx); err != nil {
+		return fmt.Errorf("never answered: %w", err)
+	}
+	return nil
 }
 
 // publishRegion makes a region of n bytes that hDest-style handlers hand
