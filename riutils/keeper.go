@@ -1,6 +1,7 @@
 package riutils
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -143,14 +144,23 @@ func (m *Messengers) own(s *sender) {
 	if m.keeper.idle(s.dst) {
 		return // the common case, without setting up a wait
 	}
+	m.ownContext(context.Background(), s)
+}
+
+// ownContext is own that gives up when ctx is done (Shutdown's wait).
+func (m *Messengers) ownContext(ctx context.Context, s *sender) error {
 	w := m.replyWait()
 	for !m.keeper.idle(s.dst) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("riutils: waiting for the calls kept for thread %d to go out: %w", s.dst, err)
+		}
 		if m.Poll() > 0 {
 			w.Reset()
 		} else {
 			w.Wait()
 		}
 	}
+	return nil
 }
 
 // kept returns the bytes kept for dst.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -829,4 +830,86 @@ func TestRetryAsyncHelperFailureReported(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRetryAsyncThenAggregatorAndShutdown (§4.4.1 per-sender FIFO, §4.4.2):
+// while RetryAsync's helper holds calls for a destination, Shutdown of that
+// messenger is refused (the calls would be lost), and an Aggregator's
+// batch to it waits for the helper to hand the sender back, so that it
+// goes after the kept calls; then Shutdown succeeds, and every call has
+// arrived once, in order.
+func TestRetryAsyncThenAggregatorAndShutdown(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 256 << 10}
+	var seq sequence
+	var h dsfabric.HandlerID
+	var stop atomic.Bool
+	accepted := make(chan int, 1)
+	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
+		func(m *Messengers) error {
+			if err := stalledReceiver(&seq, accepted)(m); err != nil {
+				return err
+			}
+			return serveUntil(m, &stop) // Shutdown waits for the receiver's acknowledgement
+		},
+		func(m *Messengers) (err error) {
+			defer stop.Store(true)
+			defer func() {
+				if err != nil {
+					select {
+					case accepted <- 0:
+					default:
+					}
+				}
+			}()
+			var args [8]byte
+			i := 0
+			call := func(c func(dsfabric.ThreadID, dsfabric.HandlerID, []byte) error) error {
+				binary.LittleEndian.PutUint64(args[:], uint64(i))
+				i++
+				return c(0, h, args[:])
+			}
+			for m.Kept() == 0 { // until the ring is full and the helper holds calls
+				if err := call(m.Call); err != nil {
+					return err
+				}
+			}
+			for k := 0; k < 100; k++ {
+				if err := call(m.Call); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			// A short context: without the refusal Shutdown would wait for
+			// the helper, which waits for the receiver, which waits for us.
+			short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+			err = m.Shutdown(short, 0)
+			cancelShort()
+			if err == nil || !strings.Contains(err.Error(), "Flush before Shutdown") {
+				return fmt.Errorf("Shutdown with %d bytes kept: %v, want a refusal", m.Kept(), err)
+			}
+			a, err := m.Aggregator(AggregatorConfig{Mode: Trad, FlushSize: 4096})
+			if err != nil {
+				return err
+			}
+			for k := 0; k < 100; k++ { // under FlushSize: batched, not written
+				if err := call(a.Call); err != nil {
+					return err
+				}
+			}
+			if m.Kept() == 0 {
+				return errors.New("the helper sent kept calls to a receiver that does not poll")
+			}
+			accepted <- i
+			if err := a.Flush(); err != nil {
+				return err
+			}
+			if n := m.Kept(); n != 0 {
+				return fmt.Errorf("the batch was written with %d bytes still kept ahead of it", n)
+			}
+			return m.Shutdown(ctx, 0)
+		})
+	if seq.bad.Load() != 0 {
+		t.Fatal("calls out of order")
+	}
 }

@@ -328,7 +328,9 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 	if n := m.keeper.kept(dst); n > 0 {
 		return fmt.Errorf("riutils: %d bytes kept for thread %d: Flush before Shutdown", n, dst)
 	}
-	m.own(s)
+	if err := m.ownContext(ctx, s); err != nil {
+		return err
+	}
 	mem, err := m.alloc(s.tx, 8)
 	if err != nil {
 		return err

@@ -1232,7 +1232,7 @@ var mutations = []mutation{
 		Old: "if d < 0 || d >= len(s.conns) || s.conns[d].qp == nil {", New: "if s.conns[d].qp == nil {"},
 	{Name: "shuffle-putdata-closed", Focus: "TestEndpointMisuse", Rule: "PutData after Close is ErrClosed",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
-		Old: "\tif s.done {\n\t\treturn ErrClosed\n\t}\n\tif err := procClosed(s.proc); err != nil {\n\t\treturn err\n\t}\n\treturn s.putLocked", New: "\tif err := procClosed(s.proc); err != nil {\n\t\treturn err\n\t}\n\treturn s.putLocked"},
+		Old: "\tif s.done {\n\t\treturn ErrClosed\n\t}\n\tif err := procClosed(s.proc); err != nil {\n\t\treturn err\n\t}\n\tif b.from != s {", New: "\tif err := procClosed(s.proc); err != nil {\n\t\treturn err\n\t}\n\tif b.from != s {"},
 	{Name: "shuffle-acquire-closed", Focus: "TestEndpointMisuse", Rule: "Acquire after Close is ErrClosed",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
 		Old: "\t\tif s.done {\n\t\t\treturn nil, ErrClosed", New: "\t\tif false {\n\t\t\treturn nil, ErrClosed"},
@@ -1308,6 +1308,12 @@ var mutations = []mutation{
 	{Name: "route-malformed-kept", Focus: "TestMalformedCallsDropped", Rule: "a message whose header does not parse is dropped, not routed",
 		File: "dsfabric/recv.go", Pkg: "./dsfabric",
 		Old: "\t\tf.log.Warn(\"dsfabric: dropping a malformed message\", \"from\", src, \"err\", err)\n\t\treturn\n", New: "\t\tf.log.Warn(\"dsfabric: dropping a malformed message\", \"from\", src, \"err\", err)\n"},
+	{Name: "riutils-own-skipped", Focus: "TestRetryAsyncThenAggregatorAndShutdown", Rule: "a thread takes a sender back from RetryAsync's helper only once the helper's queue for it is empty",
+		File: "riutils/keeper.go", Pkg: "./riutils",
+		Old: "\tif m.keeper.idle(s.dst) {\n\t\treturn // the common case", New: "\tif true || m.keeper.idle(s.dst) {\n\t\treturn // the common case"},
+	{Name: "riutils-shutdown-kept", Focus: "TestRetryAsyncThenAggregatorAndShutdown", Rule: "Shutdown refuses a messenger with calls still kept for it",
+		File: "riutils/send.go", Pkg: "./riutils",
+		Old: "if n := m.keeper.kept(dst); n > 0 {", New: "if n := m.keeper.kept(dst); n < 0 {"},
 }
 
 func main() {
