@@ -172,14 +172,7 @@ func TestAggregatorOvflKeepsLargeCalls(t *testing.T) {
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		stalledReceiver(&seq, accepted),
 		func(m *Messengers) (err error) {
-			defer func() {
-				if err != nil {
-					select {
-					case accepted <- 0: // the receiver need not wait 30 s
-					default:
-					}
-				}
-			}()
+			defer unblockOnError(accepted, &err)
 			a, err := m.Aggregator(AggregatorConfig{Mode: Ovfl, FlushSize: flush, MaxExceeding: maxEx})
 			if err != nil {
 				return err

@@ -56,6 +56,18 @@ func stalledReceiver(seq *sequence, accepted <-chan int) func(m *Messengers) err
 	}
 }
 
+// unblockOnError, deferred by a sender that fails before it says how
+// many calls it made, tells the stalled receiver to expect none, so that
+// the test fails at once rather than after the receiver's 30 s wait.
+func unblockOnError(accepted chan<- int, err *error) {
+	if *err != nil {
+		select {
+		case accepted <- 0:
+		default:
+		}
+	}
+}
+
 // withStalledReceiver runs sender on one thread of a two-thread job whose
 // other thread polls only once sender has said, on accepted, how many calls
 // it made; then every accepted call must arrive once, in order.
@@ -853,14 +865,7 @@ func TestRetryAsyncThenAggregatorAndShutdown(t *testing.T) {
 		},
 		func(m *Messengers) (err error) {
 			defer stop.Store(true)
-			defer func() {
-				if err != nil {
-					select {
-					case accepted <- 0:
-					default:
-					}
-				}
-			}()
+			defer unblockOnError(accepted, &err)
 			var args [8]byte
 			i := 0
 			call := func(c func(dsfabric.ThreadID, dsfabric.HandlerID, []byte) error) error {

@@ -1,7 +1,6 @@
 package jobtest
 
 import (
-	"flag"
 	"regexp"
 	"slices"
 	"strings"
@@ -31,11 +30,8 @@ func TestRunArgs(t *testing.T) {
 	})
 	t.Run("coverage", func(t *testing.T) {
 		args := RunArgs(t)
-		dir := ""
-		if f := flag.Lookup("test.gocoverdir"); f != nil {
-			dir = f.Value.String()
-		}
-		want := testing.CoverMode() != "" && dir != ""
+		dir := coverDir()
+		want := dir != ""
 		if got := slices.Contains(args, "-test.gocoverdir="+dir); got != want {
 			t.Errorf("args %q: passing the coverage directory %q is %v, want %v (cover mode %q)", args, dir, got, want, testing.CoverMode())
 		}
