@@ -76,6 +76,20 @@ func (k *keeper) call(s *sender, h dsfabric.HandlerID, args, buf []byte) error {
 		k.mu.Unlock()
 		return fmt.Errorf("%w: %d bytes already kept (MaxAsyncBytes %d)", ErrFull, n, k.m.p.cfg.MaxAsyncBytes)
 	}
+	if !k.run {
+		// The helper writes into the process's memory from a goroutine
+		// the fabric's Close does not wait for: it holds the memory until
+		// it ends (at the close). Taken before the call is kept: a Hold
+		// that fails lost a race with Close, and the call, which no
+		// helper would ever send, fails rather than vanish.
+		release, err := k.m.proc.Hold()
+		if err != nil {
+			k.mu.Unlock()
+			return errFabricClosed
+		}
+		k.run = true
+		go k.helper(release)
+	}
 	rec := make([]byte, size)
 	putRecord(rec, h, k.m.self, args, buf)
 	q.recs = append(q.recs, rec)
@@ -84,16 +98,6 @@ func (k *keeper) call(s *sender, h dsfabric.HandlerID, args, buf []byte) error {
 		// Hand the sender over: from now on only the helper touches it.
 		q.active = true
 		s.ring, s.st = k.ring, &k.local
-	}
-	if !k.run {
-		// The helper writes into the process's memory from a goroutine
-		// the fabric's Close does not wait for: it holds the memory until
-		// it ends (at the close). The process closing already refused
-		// this call in sender(); a Hold failing here lost a race with it.
-		if release, err := k.m.proc.Hold(); err == nil {
-			k.run = true
-			go k.helper(release)
-		}
 	}
 	k.mu.Unlock()
 	select {
