@@ -298,9 +298,9 @@ func TestMalformedCallsDropped(t *testing.T) {
 		me, _ := f.Names().Thread(f.Rank(), 0)
 		other, _ := f.Names().Thread(1-f.Rank(), 0)
 		for i := 0; i < 3*window; i++ {
-			hd := callHdr{kind: kindCredit + 1 + uint8(i%2), handler: hRun, src: uint32(me), dst: uint32(other)}
+			hd := callHdr{kind: kindCredit + 1, handler: hRun, src: uint32(me), dst: uint32(other)} // an unknown kind
 			if i%2 == 1 {
-				hd.kind, hd.flags = kindCall, flagsKnown+1
+				hd.kind, hd.flags = kindCall, flagsKnown+1 // unknown flags
 			}
 			if err := f.send(1-f.Rank(), hd, []byte("forged"), nil, nil); err != nil {
 				t.Fatalf("sending malformed message %d: %v", i, err)

@@ -73,14 +73,20 @@ func unblockOnError(accepted chan<- int, err *error) {
 // it made; then every accepted call must arrive once, in order.
 func withStalledReceiver(t *testing.T, cfg Config, sender func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error) {
 	t.Helper()
-	var seq sequence
+	withStalledSequence(t, cfg, &sequence{}, sender)
+}
+
+// withStalledSequence is withStalledReceiver with the caller's sequence
+// (one that checks bodies, say).
+func withStalledSequence(t *testing.T, cfg Config, seq *sequence, sender func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) error) {
+	t.Helper()
 	var h dsfabric.HandlerID
 	accepted := make(chan int, 1)
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
-		stalledReceiver(&seq, accepted),
+		stalledReceiver(seq, accepted),
 		func(m *Messengers) error { return sender(m, h, accepted) })
 	if seq.bad.Load() != 0 {
-		t.Fatal("calls out of order")
+		t.Fatal("calls out of order or changed")
 	}
 }
 
