@@ -14,17 +14,31 @@ import (
 
 // TestCorruptRecordStopsOneMessenger (reliability): a deliberately corrupted
 // but sealed record — from the wrong thread, with more argument bytes than
-// payload, or a call-and-return with its reserved word set — injected into thread 0's stream to thread 2 makes thread 2
-// report a protocol error naming thread 0 and stop that messenger; not one
-// call written after it runs, while thread 1's calls all run.
+// payload, or a call-and-return with its reserved word set — injected into
+// thread 0's stream to thread 2 makes thread 2 report a protocol error
+// naming thread 0 and stop that messenger; not one call written after it
+// runs, while thread 1's calls all run. So does a producer word saying the
+// chunk finished before the records thread 2 has already read
+// ("early-finish": the sender lost count, or is not our sender); thread 0
+// forges it once thread 2 has read everything before it, and writes its
+// next calls once thread 2 has stopped, as those calls would otherwise
+// legitimately be read before the producer word.
 func TestCorruptRecordStopsOneMessenger(t *testing.T) {
-	for _, kind := range []string{"wrong-source", "argument-overrun", "return-reserved"} {
+	for _, kind := range []string{"wrong-source", "argument-overrun", "return-reserved", "early-finish"} {
 		t.Run(kind, func(t *testing.T) {
 			var hSeq dsfabric.HandlerID
 			var seqs sequence
 			var from [3]atomic.Int64
-			var injected, finished atomic.Bool
+			var injected, stopped, finished atomic.Bool
 			const before, after, others = 500, 500, 3000
+			// Milliseconds when it works; a receiver that never stops is
+			// the failure.
+			deadline := time.Now().Add(20 * time.Second)
+			await := func(cond func() bool) {
+				for !cond() && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
 			job(t, 1, 3, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
 				hSeq, _ = hs.Register("seq", func(c *dsfabric.Call, a []byte) ([]byte, error) {
 					from[c.Src].Add(1)
@@ -38,10 +52,16 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 							return err
 						}
 					}
+					if kind == "early-finish" {
+						await(func() bool { return from[0].Load() == before })
+					}
 					if err := injectCorrupt(m, 2, hSeq, kind); err != nil {
 						return err
 					}
 					injected.Store(true)
+					if kind == "early-finish" {
+						await(stopped.Load)
+					}
 					for i := before; i < before+after; i++ {
 						if err := m.Call(2, hSeq, binary.LittleEndian.AppendUint64(nil, uint64(i))); err != nil {
 							return err
@@ -56,7 +76,6 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 					}
 					return nil
 				default:
-					deadline := time.Now().Add(60 * time.Second)
 					for from[1].Load() < others || !injected.Load() || m.Err() == nil {
 						if n := from[0].Load(); n > before {
 							return fmt.Errorf("%d calls of thread 0 ran: the corrupt record was taken for a call", n)
@@ -65,6 +84,7 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 							return fmt.Errorf("timed out: %d from thread 0, %d from thread 1, error %v", from[0].Load(), from[1].Load(), m.Err())
 						}
 					}
+					stopped.Store(true)
 					for i := 0; i < 1000; i++ { // anything more from thread 0 would run now
 						m.Poll()
 					}
@@ -72,6 +92,9 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 					err := m.Err()
 					if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "thread 0") {
 						return fmt.Errorf("error %v, want a protocol error naming thread 0", err)
+					}
+					if kind == "early-finish" && !strings.Contains(err.Error(), "chunk finished at") {
+						return fmt.Errorf("error %v, want the early finish named", err)
 					}
 					if from[0].Load() != before || from[1].Load() != others || seqs.bad.Load() != 0 {
 						return fmt.Errorf("ran %d calls of thread 0 (want %d) and %d of thread 1 (want %d); %d out of order", from[0].Load(), before, from[1].Load(), others, seqs.bad.Load())
@@ -92,6 +115,15 @@ func injectCorrupt(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, k
 	s, err := m.sender(dst)
 	if err != nil {
 		return err
+	}
+	if kind == "early-finish" { // a producer word: finished at the chunk's first record
+		mem, err := m.alloc(s.tx, 8)
+		if err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint64(mem.Bytes(), uint64(recordsStart)|prodRotate)
+		loc, _ := s.chunks[s.cur].Sub(offProducer, 8)
+		return s.tx.Write(mem, loc)
 	}
 	args := binary.LittleEndian.AppendUint64(nil, 1<<40)
 	if kind == "return-reserved" { // a well-formed call-and-return but for its reserved word

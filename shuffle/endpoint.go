@@ -95,7 +95,7 @@ func (l *link) drain() {
 					c.fail(fmt.Errorf("%w: process %d sent a descriptor its memory refused: %w (%w)", ErrBadBuffer, l.peer, x.Err(), ErrPeerLost))
 					continue
 				}
-				c.fail(fmt.Errorf("%w: process %d: %v %w", ErrPeerLost, l.peer, x.Op, x.Err()))
+				c.fail(fmt.Errorf("%w: process %d: %v: %w", ErrPeerLost, l.peer, x.Op, x.Err()))
 				continue
 			}
 			id := x.WRID >> 8

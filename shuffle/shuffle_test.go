@@ -1310,6 +1310,37 @@ func TestSection5_RDForgedDescriptor(t *testing.T) {
 	}
 }
 
+// TestSection5_WRRefusedWrite: a WR sender whose writes the receiver's
+// memory refuses (the ring's key in its offer is wrong: a receiver that
+// went wrong, or memory given back under it) fails with ErrPeerLost naming
+// the operation, on every transport, instead of waiting for credits that
+// can never come.
+func TestSection5_WRRefusedWrite(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			j := newJob(t, tr.make, 2, 1, 1, Config{Design: WR, BufferBytes: 256, Depth: 2})
+			s := j.senders[0][0]
+			s.conns[1].ring.Key ^= 1 // process 1's ring, as process 0 names it
+			// Milliseconds when it works: a Close that waits out the
+			// context is the failure.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b, err := s.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.AppendRecord(record(0, 0, 0, 1))
+			if err := s.PutData(ctx, b, []int{1}, false); err != nil && !errors.Is(err, ErrPeerLost) {
+				t.Fatalf("PutData: %v", err)
+			}
+			err = s.Close(ctx)
+			if !errors.Is(err, ErrPeerLost) || !errors.Is(err, dtutils.ErrRemoteAccess) || !strings.Contains(err.Error(), "process 1: write: ") || ctx.Err() != nil {
+				t.Fatalf("Close after a refused write: %v (context: %v), want ErrPeerLost naming process 1's write", err, ctx.Err())
+			}
+		})
+	}
+}
+
 // TestSection4_2_ReceiverTakesInTurn (seed 004 §4.2, GETDATA over several
 // sources): while two sources both have buffers waiting, a receiver
 // returns them in turn, so that one fast source cannot hold the consumer

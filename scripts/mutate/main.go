@@ -1314,6 +1314,12 @@ var mutations = []mutation{
 	{Name: "riutils-shutdown-kept", Focus: "TestRetryAsyncThenAggregatorAndShutdown", Rule: "Shutdown refuses a messenger with calls still kept for it",
 		File: "riutils/send.go", Pkg: "./riutils",
 		Old: "if n := m.keeper.kept(dst); n > 0 {", New: "if n := m.keeper.kept(dst); n < 0 {"},
+	{Name: "riutils-early-finish-unchecked", Focus: "TestCorruptRecordStopsOneMessenger", Rule: "a producer word saying a chunk finished before the records already read is a protocol error",
+		File: "riutils/recv.go", Pkg: "./riutils",
+		Old: "if pw&prodRotate != 0 && int(pw&prodOffsetMax) < r.pos {", New: "if false && pw&prodRotate != 0 && int(pw&prodOffsetMax) < r.pos {"},
+	{Name: "shuffle-failed-completion-ignored", Focus: "TestSection5_WRRefusedWrite", Rule: "a failed completion ends the shuffle connection with an error",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "\t\t\t\tc.fail(fmt.Errorf(\"%w: process %d: %v: %w\", ErrPeerLost, l.peer, x.Op, x.Err()))\n", New: ""},
 }
 
 func main() {
