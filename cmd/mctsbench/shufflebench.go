@@ -612,7 +612,8 @@ func runPattern(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuff
 }
 
 // oursExchanger runs stages over package shuffle's endpoints, a wired set
-// per stage (several stages of one plan do not share connections yet).
+// per stage: wr and rd stages share one connection per pair of processes
+// (a Mesh), sr stages have their own (open).
 type oursExchanger struct {
 	w      *shuffle.Wiring
 	f      *dsfabric.Fabric
