@@ -1320,6 +1320,12 @@ var mutations = []mutation{
 	{Name: "shuffle-failed-completion-ignored", Focus: "TestSection5_WRRefusedWrite", Rule: "a failed completion ends the shuffle connection with an error",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
 		Old: "\t\t\t\tc.fail(fmt.Errorf(\"%w: process %d: %v: %w\", ErrPeerLost, l.peer, x.Op, x.Err()))\n", New: ""},
+	{Name: "postrecv-held-cell-no-wait", Focus: "TestPostRecvHeldSlot", Rule: "PostRecv waits about a second for a receive queue cell a consumer still holds",
+		File: "dtutils/process.go", Pkg: "./dtutils",
+		Old: "\tfor start := time.Now(); !p.srq.enqueue(e[:]); {\n\t\tif time.Since(start) > time.Second {", New: "\tfor start := time.Now(); ; {\n\t\tif time.Since(start) >= 0 {"},
+	{Name: "postrecv-held-cell-count-kept", Focus: "TestPostRecvHeldSlot", Rule: "a PostRecv that fails takes its receive back out of the posted count",
+		File: "dtutils/process.go", Pkg: "./dtutils",
+		Old: "\t\t\tp.posted.Add(^uint64(0))\n\t\t\treturn fmt.Errorf(\"%w: receive queue slot still held", New: "\t\t\treturn fmt.Errorf(\"%w: receive queue slot still held"},
 }
 
 func main() {
