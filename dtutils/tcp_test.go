@@ -262,20 +262,26 @@ func FuzzRing(f *testing.F) {
 // TestTCPForeignDialerRefused (reliability: a second job cannot reach this
 // one's memory): a connection that does not name one of this provider's
 // queue pairs by its random token — another job, a port scanner — is
-// closed before anything it sends is read as an operation, and the real
-// pair keeps working.
+// closed before anything it sends is read as an operation, and so is one
+// whose hello ends short; the real pair keeps working.
 func TestTCPForeignDialerRefused(t *testing.T) {
 	a, b := tcpPair(t)
 	fill(b.buf.Bytes(), 3)
 	before := append([]byte(nil), b.buf.Bytes()...)
 	addr := b.prov.(*tcpProvider).addr
-	for _, hello := range [][]byte{make([]byte, helloSize), bytes.Repeat([]byte{0xff}, helloSize)} {
+	for _, hello := range [][]byte{make([]byte, helloSize), bytes.Repeat([]byte{0xff}, helloSize), {1, 2, 3, 4, 5}} {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A hello naming no queue pair, then what would be a write frame.
-		c.Write(append(hello, bytes.Repeat([]byte{7}, 4096)...))
+		if len(hello) < helloSize {
+			// A hello cut short: the dialer says no more.
+			c.Write(hello)
+			c.(*net.TCPConn).CloseWrite()
+		} else {
+			// A hello naming no queue pair, then what would be a write frame.
+			c.Write(append(hello, bytes.Repeat([]byte{7}, 4096)...))
+		}
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		n, err := c.Read(make([]byte, 1))
 		var ne net.Error

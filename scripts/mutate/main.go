@@ -1326,6 +1326,9 @@ var mutations = []mutation{
 	{Name: "postrecv-held-cell-count-kept", Focus: "TestPostRecvHeldSlot", Rule: "a PostRecv that fails takes its receive back out of the posted count",
 		File: "dtutils/process.go", Pkg: "./dtutils",
 		Old: "\t\t\tp.posted.Add(^uint64(0))\n\t\t\treturn fmt.Errorf(\"%w: receive queue slot still held", New: "\t\t\treturn fmt.Errorf(\"%w: receive queue slot still held"},
+	{Name: "tcp-short-hello-kept-open", Focus: "TestTCPForeignDialerRefused", Rule: "a tcp connection whose hello ends short is closed",
+		File: "dtutils/tcp.go", Pkg: "./dtutils",
+		Old: "\t\t\tif _, err := io.ReadFull(c, h[:]); err != nil {\n\t\t\t\tc.Close()\n\t\t\t\treturn", New: "\t\t\tif _, err := io.ReadFull(c, h[:]); err != nil {\n\t\t\t\treturn"},
 }
 
 func main() {
