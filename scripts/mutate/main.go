@@ -1332,6 +1332,9 @@ var mutations = []mutation{
 	{Name: "shm-probe-nonce-unchecked", Focus: "TestProbeSHM", Rule: "shm is planned only when the probe region holds the peer's nonce",
 		File: "dtutils/shm.go", Pkg: "./dtutils",
 		Old: "if len(m.mem) < 8 || binary.LittleEndian.Uint64(m.mem) != ep.token {", New: "if len(m.mem) < 8 {"},
+	{Name: "callreturn-abandoned-kept", Focus: "TestCallReturnAbandoned", Rule: "a call-and-return whose context ended is forgotten, not left pending",
+		File: "dsfabric/calls.go", Pkg: "./dsfabric",
+		Old: "\t\tif err := ctx.Err(); err != nil {\n\t\t\tf.pending.Delete(id)\n\t\t\treturn nil, err", New: "\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn nil, err"},
 }
 
 func main() {
