@@ -358,7 +358,8 @@ func checkBusy(t *testing.T, ctx context.Context, w *world, good Capability, c *
 // TestClientProcessClosed: the client's process closes (providers first,
 // as a job's teardown does) while an RDMO waits at the target. The waiting
 // call returns, later calls fail with ErrClosed instead of writing into the
-// unmapped request slots (Do faulted before), and the client's Close gives
+// unmapped request slots (Do faulted before), so does a new client on that
+// process, and the client's Close gives
 // its memory back, which lets the process unmap everything.
 func TestClientProcessClosed(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
@@ -409,6 +410,12 @@ func TestClientProcessClosed(t *testing.T) {
 		}
 		if _, err := c.Wait(ctx, make([]Result, 1)); !errors.Is(err, ErrClosed) {
 			t.Errorf("Wait after the close: %v, want ErrClosed", err)
+		}
+		if c2, err := NewClient(in.proc, ClientConfig{}); !errors.Is(err, ErrClosed) {
+			if c2 != nil {
+				c2.Close()
+			}
+			t.Errorf("NewClient on the closed process: %v, want ErrClosed", err)
 		}
 		regions := func() (n int64) {
 			for _, st := range in.proc.Registry().Stats() {
