@@ -445,9 +445,9 @@ func TestWrapWaitsForTheLapBefore(t *testing.T) {
 
 // fakePeer runs the other side of a handshake by hand over sock: it offers
 // a real ring of this process, as a peer on machine would, and answers
-// the verdict it is given. It returns the verdict the side under test
-// sent.
-func fakePeer(t *testing.T, sock net.Conn, machine string, verdict byte) byte {
+// the verdict it is given; forge, if set, changes its hello first. It
+// returns the verdict the side under test sent.
+func fakePeer(t *testing.T, sock net.Conn, machine string, forge func(*hello), verdict byte) byte {
 	t.Helper()
 	rx, bells, err := newSide(DefaultConfig().RingBytes)
 	if err != nil {
@@ -457,6 +457,9 @@ func fakePeer(t *testing.T, sock net.Conn, machine string, verdict byte) byte {
 	defer rx.closeFD()
 	h := hello{flags: flagRing, pid: uint32(os.Getpid()), fd: int32(rx.fd), key: rx.key(), size: rx.size,
 		rbell: int32(bells[0].wfd), wbell: int32(bells[1].wfd), machine: machine}
+	if forge != nil {
+		forge(&h)
+	}
 	sock.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := sock.Write(h.marshal()); err != nil {
 		t.Fatal(err)
@@ -486,16 +489,21 @@ func fakePeer(t *testing.T, sock net.Conn, machine string, verdict byte) byte {
 // processes of one machine, by agreement): a peer whose hello names
 // another machine is not mapped, even where its descriptors would open;
 // and a side that mapped its peer's ring stays on the socket when the
-// peer could not map its own.
+// peer could not map its own; a hello whose ring does not open as
+// described (not the key the ring carries, the peer's descriptor not
+// there) leaves both on the socket.
 func TestHandshakeVerdicts(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		machine     string
+		forge       func(*hello)
 		peerVerdict byte
 		wantVerdict byte
 	}{
-		{"another machine", "elsewhere|00000000-0000-0000-0000-000000000000", 1, 0},
-		{"peer could not map", machineID(), 0, 1},
+		{"another machine", "elsewhere|00000000-0000-0000-0000-000000000000", nil, 1, 0},
+		{"peer could not map", machineID(), nil, 0, 1},
+		{"wrong key", machineID(), func(h *hello) { h.key ^= 1 }, 1, 0},
+		{"no such descriptor", machineID(), func(h *hello) { h.fd = 1 << 20 }, 1, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if machineID() == "" {
@@ -525,7 +533,7 @@ func TestHandshakeVerdicts(t *testing.T) {
 				got, err := handshake(conns[0], cfg, time.Now().Add(10*time.Second))
 				done <- result{got, err}
 			}()
-			if v := fakePeer(t, conns[1], c.machine, c.peerVerdict); v != c.wantVerdict {
+			if v := fakePeer(t, conns[1], c.machine, c.forge, c.peerVerdict); v != c.wantVerdict {
 				t.Errorf("verdict %d, want %d", v, c.wantVerdict)
 			}
 			r := <-done

@@ -1335,6 +1335,9 @@ var mutations = []mutation{
 	{Name: "callreturn-abandoned-kept", Focus: "TestCallReturnAbandoned", Rule: "a call-and-return whose context ended is forgotten, not left pending",
 		File: "dsfabric/calls.go", Pkg: "./dsfabric",
 		Old: "\t\tif err := ctx.Err(); err != nil {\n\t\t\tf.pending.Delete(id)\n\t\t\treturn nil, err", New: "\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn nil, err"},
+	{Name: "rconn-unmappable-ring-fails", Focus: "TestHandshakeVerdicts", Rule: "a peer's ring that cannot be mapped leaves the connection on the socket, not failed",
+		File: "rconn/rconn.go", Pkg: "./rconn",
+		Old: "\t\t\tcfg.Logger.Debug(\"rconn: cannot map the peer's ring; staying on the socket\", \"err\", err)\n\t\t\ttx = nil", New: "\t\t\treturn nil, err"},
 }
 
 func main() {

@@ -11,10 +11,12 @@ import (
 // TestRowsApply: every row still names code that occurs exactly once in
 // its file, under a name no other row has, so that a change to the code
 // shows in make test rather than as a "stale" row at the next full make
-// mutate (one went unnoticed that way for a day).
+// mutate (one went unnoticed that way for a day); and no two rows make
+// the same mutant (one was written twice, under two names).
 func TestRowsApply(t *testing.T) {
 	root := filepath.Join("..", "..")
 	names := map[string]bool{}
+	mutants := map[string]string{} // file and mutated text: the row that makes it
 	for _, m := range mutations {
 		if names[m.Name] {
 			t.Errorf("two rows are named %s", m.Name)
@@ -34,5 +36,10 @@ func TestRowsApply(t *testing.T) {
 		if n := bytes.Count(b, []byte(m.Old)); n != 1 {
 			t.Errorf("row %s: its code occurs %d times in %s, want once", m.Name, n, m.File)
 		}
+		key := m.File + "\x00" + string(bytes.Replace(b, []byte(m.Old), []byte(m.New), 1))
+		if other, ok := mutants[key]; ok {
+			t.Errorf("rows %s and %s make the same mutant of %s", other, m.Name, m.File)
+		}
+		mutants[key] = m.Name
 	}
 }
