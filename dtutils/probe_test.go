@@ -1,6 +1,7 @@
 package dtutils
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -26,8 +27,8 @@ func TestProbeSHM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := SHMProbe(prov); err != nil || string(again) != string(probe) {
-		t.Fatalf("a second SHMProbe: %v (same probe: %v)", err, string(again) == string(probe))
+	if again, err := SHMProbe(prov); err != nil || !bytes.Equal(again, probe) {
+		t.Fatalf("a second SHMProbe: %v, %x; want the first probe %x", err, again, probe)
 	}
 	if err := ProbeSHM(probe, 5*time.Second); err != nil {
 		t.Fatalf("the provider's own probe: %v", err)
