@@ -20,7 +20,10 @@
 //	defer job.Close()
 //
 // Start is NewProcess, dsfabric.Start and Bind in one call, and hands each
-// worker its messengers once bound; the package Example runs it.
+// worker its messengers once bound. It returns when every worker thread of
+// the process has them, and fails (closing the fabric) when one cannot: no
+// job starts with a thread that takes no calls. The package Example runs
+// it.
 //
 // # Protocol
 //

@@ -104,6 +104,9 @@ type Process struct {
 	msgrsMu  sync.Mutex
 	allocID  dsfabric.HandlerID
 	bound    chan struct{} // closed by Bind
+	// failMessengers, set by tests only, makes Messengers(t) fail with
+	// its error.
+	failMessengers func(t int) error
 }
 
 // bindWait bounds how long an allocation request waits for Bind: a peer may
@@ -335,6 +338,11 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	defer p.msgrsMu.Unlock()
 	if m := p.msgrs[t]; m != nil {
 		return m, nil
+	}
+	if p.failMessengers != nil {
+		if err := p.failMessengers(t); err != nil {
+			return nil, err
+		}
 	}
 	z, err := alloc.NewZoneAllocator(f.Process().Registry(), alloc.ZoneConfig{SuperchunkSize: 16 << 20, ChunkSize: 1 << 20})
 	if err != nil {

@@ -29,6 +29,12 @@ type WorkerFunc func(w *dsfabric.Worker, m *Messengers)
 // worker thread once its messengers are ready. A nil worker runs Serve.
 // fc.Worker must be nil: worker takes its place.
 //
+// Start returns once every worker thread of this process has its
+// messengers. If a thread cannot have them (its memory cannot be
+// registered, say), Start closes the fabric and returns that error, and no
+// worker body runs: a job with a thread that can take no calls would leave
+// its callers waiting.
+//
 //	h := dsfabric.NewHandlers()
 //	hello, _ := h.Register("hello", func(c *dsfabric.Call, args []byte) ([]byte, error) { ... })
 //	job, err := riutils.Start(ctx, dsfabric.Config{Procs: 2, Handlers: h}, riutils.DefaultConfig(),
@@ -45,18 +51,42 @@ func Start(ctx context.Context, fc dsfabric.Config, rc Config, worker WorkerFunc
 	if err != nil {
 		return nil, err
 	}
+	return start(ctx, fc, p, worker)
+}
+
+// start is Start with its Process made: tests set the Process's hooks
+// first.
+func start(ctx context.Context, fc dsfabric.Config, p *Process, worker WorkerFunc) (*Job, error) {
 	if worker == nil {
 		worker = Serve
 	}
+	// Each thread makes its own messengers, so that their memory is first
+	// touched on the thread (and NUMA node) that uses it, and reports on
+	// ready; the bodies start together once every thread has reported.
+	ready, run := make(chan error), make(chan struct{})
 	fc.Worker = func(w *dsfabric.Worker) {
+		done := w.Fabric().Done()
 		select {
 		case <-p.bound:
-		case <-w.Fabric().Done():
+		case <-done:
 			return
 		}
-		m, err := p.Messengers(w.Fabric().Names().ThreadRank(w.ID()))
+		t := w.Fabric().Names().ThreadRank(w.ID())
+		m, err := p.Messengers(t)
 		if err != nil {
-			p.log.Error("riutils: no messengers for a worker", "thread", w.ID(), "err", err)
+			err = fmt.Errorf("riutils: worker thread %d of process %d: %w", t, w.Fabric().Rank(), err)
+		}
+		select {
+		case ready <- err:
+		case <-done:
+			return
+		}
+		if err != nil {
+			return
+		}
+		select {
+		case <-run:
+		case <-done:
 			return
 		}
 		worker(w, m)
@@ -69,6 +99,21 @@ func Start(ctx context.Context, fc dsfabric.Config, rc Config, worker WorkerFunc
 		f.Close()
 		return nil, err
 	}
+	for range f.Names().ThreadsPerProcess {
+		var err error
+		select {
+		case err = <-ready:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-f.Done():
+			err = errFabricClosed
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	close(run)
 	return &Job{Fabric: f, Process: p}, nil
 }
 

@@ -1338,6 +1338,12 @@ var mutations = []mutation{
 	{Name: "rconn-unmappable-ring-fails", Focus: "TestHandshakeVerdicts", Rule: "a peer's ring that cannot be mapped leaves the connection on the socket, not failed",
 		File: "rconn/rconn.go", Pkg: "./rconn",
 		Old: "\t\t\tcfg.Logger.Debug(\"rconn: cannot map the peer's ring; staying on the socket\", \"err\", err)\n\t\t\ttx = nil", New: "\t\t\treturn nil, err"},
+	{Name: "riutils-start-thread-error-ignored", Focus: "TestStartThreadWithoutMessengers", Rule: "a worker thread without messengers fails Start and closes the fabric",
+		File: "riutils/start.go", Pkg: "./riutils",
+		Old: "\t\tif err != nil {\n\t\t\tf.Close()\n\t\t\treturn nil, err\n\t\t}\n\t}\n\tclose(run)", New: "\t\t_ = err\n\t}\n\tclose(run)"},
+	{Name: "riutils-start-bodies-not-held", Focus: "TestStartBodiesAfterEveryThread", Rule: "worker bodies start only once every thread of the process has its messengers",
+		File: "riutils/start.go", Pkg: "./riutils",
+		Old: "\t\tselect {\n\t\tcase <-run:\n\t\tcase <-done:\n\t\t\treturn\n\t\t}\n\t\tworker(w, m)", New: "\t\tworker(w, m)"},
 }
 
 func main() {
