@@ -305,6 +305,12 @@ func TestHandlerIDs(t *testing.T) {
 	if err != nil || id != IDOf("a") {
 		t.Fatal(err)
 	}
+	if name, ok := h.Name(id); !ok || name != "a" {
+		t.Fatalf("Name(%d) = %q, %v; want the name registered", id, name, ok)
+	}
+	if name, ok := h.Name(IDOf("never registered")); ok {
+		t.Fatalf("Name of an unregistered ID = %q, %v", name, ok)
+	}
 	if _, err := h.Register("a", func(*Call, []byte) ([]byte, error) { return nil, nil }); !errors.Is(err, ErrHandlerExists) {
 		t.Fatalf("duplicate name: %v", err)
 	}

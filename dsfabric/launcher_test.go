@@ -102,4 +102,15 @@ func TestNames(t *testing.T) {
 	if !n.Valid(5) || n.Valid(6) {
 		t.Fatalf("Valid(5) %v, Valid(6) %v in a job of 6 threads", n.Valid(5), n.Valid(6))
 	}
+	// Machines are numbered in order of first appearance, whatever their
+	// host names sort as; ranks of one host share its number.
+	m := Names{Size: 5, ThreadsPerProcess: 1, Machines: []string{"z", "b", "z", "a", "b"}}
+	for rank, want := range []int{0, 1, 0, 2, 1} {
+		if got := m.Machine(rank); got != want {
+			t.Errorf("Machine(%d) of hosts %v = %d, want %d", rank, m.Machines, got, want)
+		}
+	}
+	if !m.SameMachine(0, 2) || m.SameMachine(0, 1) {
+		t.Errorf("SameMachine(0, 2) %v, SameMachine(0, 1) %v of hosts %v", m.SameMachine(0, 2), m.SameMachine(0, 1), m.Machines)
+	}
 }
