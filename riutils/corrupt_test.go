@@ -22,9 +22,12 @@ import (
 // ("early-finish": the sender lost count, or is not our sender); thread 0
 // forges it once thread 2 has read everything before it, and writes its
 // next calls once thread 2 has stopped, as those calls would otherwise
-// legitimately be read before the producer word.
+// legitimately be read before the producer word. So, the same way, does a
+// producer word finishing the chunk where thread 2 stands but saying the
+// ring grew, when thread 0 never asked for chunks to grow it with
+// ("grow-without-chunks").
 func TestCorruptRecordStopsOneMessenger(t *testing.T) {
-	for _, kind := range []string{"wrong-source", "argument-overrun", "return-reserved", "early-finish"} {
+	for _, kind := range []string{"wrong-source", "argument-overrun", "return-reserved", "early-finish", "grow-without-chunks"} {
 		t.Run(kind, func(t *testing.T) {
 			var hSeq dsfabric.HandlerID
 			var seqs sequence
@@ -52,14 +55,14 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 							return err
 						}
 					}
-					if kind == "early-finish" {
+					if kind == "early-finish" || kind == "grow-without-chunks" {
 						await(func() bool { return from[0].Load() == before })
 					}
 					if err := injectCorrupt(m, 2, hSeq, kind); err != nil {
 						return err
 					}
 					injected.Store(true)
-					if kind == "early-finish" {
+					if kind == "early-finish" || kind == "grow-without-chunks" {
 						await(stopped.Load)
 					}
 					for i := before; i < before+after; i++ {
@@ -96,6 +99,9 @@ func TestCorruptRecordStopsOneMessenger(t *testing.T) {
 					if kind == "early-finish" && !strings.Contains(err.Error(), "chunk finished at") {
 						return fmt.Errorf("error %v, want the early finish named", err)
 					}
+					if kind == "grow-without-chunks" && !strings.Contains(err.Error(), "no chunks were allocated") {
+						return fmt.Errorf("error %v, want the growth without chunks named", err)
+					}
 					if from[0].Load() != before || from[1].Load() != others || seqs.bad.Load() != 0 {
 						return fmt.Errorf("ran %d calls of thread 0 (want %d) and %d of thread 1 (want %d); %d out of order", from[0].Load(), before, from[1].Load(), others, seqs.bad.Load())
 					}
@@ -116,12 +122,19 @@ func injectCorrupt(m *Messengers, dst dsfabric.ThreadID, h dsfabric.HandlerID, k
 	if err != nil {
 		return err
 	}
-	if kind == "early-finish" { // a producer word: finished at the chunk's first record
+	if kind == "early-finish" || kind == "grow-without-chunks" {
+		// A producer word: finished at the chunk's first record, before
+		// what the receiver read; or finished where it stands, saying the
+		// ring grew, with no chunks ever asked for.
+		pw := uint64(recordsStart) | prodRotate
+		if kind == "grow-without-chunks" {
+			pw = uint64(s.pos) | prodRotate | prodGrow
+		}
 		mem, err := m.alloc(s.tx, 8)
 		if err != nil {
 			return err
 		}
-		binary.LittleEndian.PutUint64(mem.Bytes(), uint64(recordsStart)|prodRotate)
+		binary.LittleEndian.PutUint64(mem.Bytes(), pw)
 		loc, _ := s.chunks[s.cur].Sub(offProducer, 8)
 		return s.tx.Write(mem, loc)
 	}

@@ -1344,6 +1344,9 @@ var mutations = []mutation{
 	{Name: "riutils-start-bodies-not-held", Focus: "TestStartBodiesAfterEveryThread", Rule: "worker bodies start only once every thread of the process has its messengers",
 		File: "riutils/start.go", Pkg: "./riutils",
 		Old: "\t\tselect {\n\t\tcase <-run:\n\t\tcase <-done:\n\t\t\treturn\n\t\t}\n\t\tworker(w, m)", New: "\t\tworker(w, m)"},
+	{Name: "riutils-grow-without-chunks-unchecked", Focus: "TestCorruptRecordStopsOneMessenger", Rule: "a producer word saying the ring grew with no chunks allocated is a protocol error",
+		File: "riutils/recv.go", Pkg: "./riutils",
+		Old: "\t\tif batch == nil {\n", New: "\t\tif false && batch == nil {\n"},
 }
 
 func main() {
