@@ -371,3 +371,52 @@ func FuzzParseExt(f *testing.F) {
 		}
 	})
 }
+
+// TestSynchronizerWaitRunsIncomingCalls (docs/design.md §5, Synchronizer): a thread
+// waiting on its Synchronizer still runs the calls made to it. Thread 1
+// takes thread 0's counted call only after thread 0 has run thread 1's
+// ping, so a Wait that only slept would never return.
+func TestSynchronizerWaitRunsIncomingCalls(t *testing.T) {
+	var hPing, hWork dsfabric.HandlerID
+	var pinged, worked atomic.Bool
+	deadline := time.Now().Add(20 * time.Second)
+	job(t, 1, 2, "", DefaultConfig(), func(hs *dsfabric.Handlers) {
+		hPing, _ = hs.Register("ping", func(*dsfabric.Call, []byte) ([]byte, error) { pinged.Store(true); return nil, nil })
+		hWork, _ = hs.Register("work", func(*dsfabric.Call, []byte) ([]byte, error) { worked.Store(true); return nil, nil })
+	}, func(m *Messengers) error {
+		if m.ID() == 1 {
+			if err := m.Call(0, hPing, nil); err != nil {
+				return err
+			}
+			for !pinged.Load() { // not polling: thread 0's call waits
+				if time.Now().After(deadline) {
+					return errors.New("thread 0 never ran the ping while it waited on its Synchronizer")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			for !worked.Load() {
+				if m.Poll() == 0 && time.Now().After(deadline) {
+					return errors.New("thread 0's counted call never came")
+				}
+			}
+			return m.Err()
+		}
+		s, err := m.NewSynchronizer(1)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := m.CallSync(1, hWork, nil, nil, s); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		if err := s.Wait(ctx); err != nil {
+			return fmt.Errorf("Wait: %w (pinged %v)", err, pinged.Load())
+		}
+		if !pinged.Load() || !worked.Load() {
+			return fmt.Errorf("Wait returned with pinged %v, worked %v", pinged.Load(), worked.Load())
+		}
+		return nil
+	})
+}

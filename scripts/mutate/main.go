@@ -1347,6 +1347,9 @@ var mutations = []mutation{
 	{Name: "riutils-grow-without-chunks-unchecked", Focus: "TestCorruptRecordStopsOneMessenger", Rule: "a producer word saying the ring grew with no chunks allocated is a protocol error",
 		File: "riutils/recv.go", Pkg: "./riutils",
 		Old: "\t\tif batch == nil {\n", New: "\t\tif false && batch == nil {\n"},
+	{Name: "riutils-sync-wait-only-sleeps", Focus: "TestSynchronizerWaitRunsIncomingCalls", Rule: "a thread waiting on a Synchronizer runs the calls made to it",
+		File: "riutils/extend.go", Pkg: "./riutils",
+		Old: "\t\tif s.m.Poll() > 0 {\n\t\t\tw.Reset()\n\t\t\tcontinue\n\t\t}\n\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn err\n\t\t}\n\t\tif err := s.m.f.DeadErr()", New: "\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn err\n\t\t}\n\t\tif err := s.m.f.DeadErr()"},
 }
 
 func main() {
