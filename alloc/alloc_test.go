@@ -192,6 +192,46 @@ func TestRegionBindNode0(t *testing.T) {
 	}
 }
 
+// resident counts the pages of mem in memory.
+func resident(t *testing.T, mem []byte) int {
+	t.Helper()
+	n, err := Resident(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRegionPopulate: a region made with Populate has every page in memory
+// before its first use (MADV_POPULATE_WRITE, or a write to each page where
+// the kernel lacks it); one made without has none until touched.
+func TestRegionPopulate(t *testing.T) {
+	reg := NewRegistry(0)
+	defer reg.Close()
+	const size, pages = 1 << 20, 256
+	lazy, err := reg.NewRegion(size, RegionConfig{Ladder: []Rung{Small}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := resident(t, lazy.Bytes()); n != 0 {
+		t.Fatalf("a fresh region without Populate has %d of %d pages in memory", n, pages)
+	}
+	full, err := reg.NewRegion(size, RegionConfig{Ladder: []Rung{Small}, Populate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := resident(t, full.Bytes()); n != pages {
+		t.Fatalf("a region made with Populate has %d of %d pages in memory", n, pages)
+	}
+	if !bytes.Equal(full.Bytes(), make([]byte, size)) {
+		t.Fatal("a populated region is not zero")
+	}
+	touchPages(lazy.Bytes(), 4096) // the fallback for kernels before 5.14
+	if n := resident(t, lazy.Bytes()); n != pages {
+		t.Fatalf("touchPages left %d of %d pages out of memory", pages-n, pages)
+	}
+}
+
 func TestBadSizes(t *testing.T) {
 	reg, z := newZone(t, 8<<20, 1<<20)
 	for _, n := range []int{0, -1} {

@@ -75,6 +75,13 @@ type RegionConfig struct {
 	Bind bool
 	// Node is the NUMA node used when Bind is set.
 	Node int
+	// Populate faults every page of the region in when it is created, as
+	// an RDMA registration pins them, so that its first use pays no page
+	// faults (about 12 µs a 4 KiB page on a VM, more than the copy into
+	// it). For buffers sized to what they will hold, made before the work
+	// that uses them; regions filled lazily (a zone's superchunks) should
+	// leave it off. Default false.
+	Populate bool
 }
 
 // DefaultRegionConfig returns the defaults: the default ladder, no binding.
@@ -233,9 +240,38 @@ func newMapping(size int, cfg RegionConfig) (fd int, mem []byte, rung Rung, boun
 				return -1, nil, 0, false, fmt.Errorf("alloc: binding region to node %d: %w", cfg.Node, err)
 			}
 		}
+		if cfg.Populate {
+			if err := populate(mem, r.PageSize()); err != nil {
+				unix.Munmap(mem)
+				unix.Close(fd)
+				return -1, nil, 0, false, fmt.Errorf("alloc: populating a region of %d bytes: %w", len(mem), err)
+			}
+		}
 		return fd, mem, r, bound, nil
 	}
 	return -1, nil, 0, false, fmt.Errorf("%w: %d bytes: no rung of the ladder worked (%s)", ErrNoMemory, size, strings.Join(tried, "; "))
+}
+
+// populate faults mem's pages in for writing: MADV_POPULATE_WRITE (Linux
+// 5.14), else a write to each page (the region is fresh, so its bytes are
+// zero and stay so).
+func populate(mem []byte, page int) error {
+	err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return err // ENOMEM, EFAULT: the pages are not there to be had
+	}
+	touchPages(mem, page)
+	return nil
+}
+
+// touchPages writes a zero into each page of mem, which faults it in.
+func touchPages(mem []byte, page int) {
+	for i := 0; i < len(mem); i += page {
+		mem[i] = 0
+	}
 }
 
 func mapMemfd(name string, flags, size int) (int, []byte, error) {
@@ -297,6 +333,26 @@ func Unmap(mem []byte) error {
 		return fmt.Errorf("alloc: munmap: %w", err)
 	}
 	return nil
+}
+
+// Resident returns how many of the 4 KiB pages spanning b are in memory
+// (mincore(2)); for a region's memory, whether its pages were faulted in
+// (Populate) or not yet touched. A diagnostic, like KernelPageSize.
+func Resident(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, fmt.Errorf("%w: empty mapping", ErrInvalidSize)
+	}
+	start := uintptr(unsafe.Pointer(&b[0]))
+	off := start % 4096
+	vec := make([]byte, (int(off)+len(b)+4095)/4096)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, start-off, off+uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return 0, fmt.Errorf("alloc: mincore: %w", e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n, nil
 }
 
 // KernelPageSize reads /proc/self/smaps and returns the page size the kernel

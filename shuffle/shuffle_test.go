@@ -1452,3 +1452,36 @@ func TestSection5_RDBufferHeldUntilConsumed(t *testing.T) {
 		})
 	}
 }
+
+// TestSection4_2_OpenRegistersBuffers (seed 004 §4.2, OPEN): an endpoint's
+// buffers are in memory when it opens, as an RDMA registration pins them,
+// so that a stream's first lap through them pays no page faults.
+func TestSection4_2_OpenRegistersBuffers(t *testing.T) {
+	for _, d := range []Design{SR, WR, RD} {
+		proc, err := dtutils.NewProcess(dtutils.DefaultProcessConfig(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Design: d, BufferBytes: 16 << 10, Depth: 8}
+		s, err := NewSender(proc, cfg, 2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := NewReceiver(proc, cfg, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, mem := range map[string][]byte{"send buffers": s.region.Bytes(), "receive rings": rc.region.Bytes()} {
+			n, err := alloc.Resident(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pages := (len(mem) + 4095) / 4096; n != pages {
+				t.Errorf("%v: %d of the %d pages of the %s are not in memory at OPEN", d, pages-n, pages, name)
+			}
+		}
+		s.Close(context.Background())
+		rc.Close(context.Background())
+		proc.Close()
+	}
+}

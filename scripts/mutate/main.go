@@ -1350,6 +1350,15 @@ var mutations = []mutation{
 	{Name: "riutils-sync-wait-only-sleeps", Focus: "TestSynchronizerWaitRunsIncomingCalls", Rule: "a thread waiting on a Synchronizer runs the calls made to it",
 		File: "riutils/extend.go", Pkg: "./riutils",
 		Old: "\t\tif s.m.Poll() > 0 {\n\t\t\tw.Reset()\n\t\t\tcontinue\n\t\t}\n\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn err\n\t\t}\n\t\tif err := s.m.f.DeadErr()", New: "\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn err\n\t\t}\n\t\tif err := s.m.f.DeadErr()"},
+	{Name: "alloc-populate-ignored", Focus: "TestRegionPopulate", Rule: "a region made with Populate has its pages in memory before first use",
+		File: "alloc/region_linux.go", Pkg: "./alloc",
+		Old: "\t\tif cfg.Populate {\n", New: "\t\tif false && cfg.Populate {\n"},
+	{Name: "shuffle-recv-not-populated", Focus: "TestSection4_2_OpenRegistersBuffers", Rule: "OPEN registers (faults in) an endpoint's receive rings",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "alloc.RegionConfig{Name: \"shuffle-recv\", Populate: true}", New: "alloc.RegionConfig{Name: \"shuffle-recv\"}"},
+	{Name: "shuffle-send-not-populated", Focus: "TestSection4_2_OpenRegistersBuffers", Rule: "OPEN registers (faults in) an endpoint's send buffers",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "alloc.RegionConfig{Name: \"shuffle-send\", Populate: true}", New: "alloc.RegionConfig{Name: \"shuffle-send\"}"},
 }
 
 func main() {
