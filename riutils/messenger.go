@@ -104,9 +104,9 @@ type Process struct {
 	msgrsMu  sync.Mutex
 	allocID  dsfabric.HandlerID
 	bound    chan struct{} // closed by Bind
-	// failMessengers, set by tests only, makes Messengers(t) fail with
-	// its error.
-	failMessengers func(t int) error
+	// beforeMessengers, set by tests only, runs before Messengers(t)
+	// makes them; an error makes it fail with that error.
+	beforeMessengers func(t int) error
 }
 
 // bindWait bounds how long an allocation request waits for Bind: a peer may
@@ -339,8 +339,8 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 	if m := p.msgrs[t]; m != nil {
 		return m, nil
 	}
-	if p.failMessengers != nil {
-		if err := p.failMessengers(t); err != nil {
+	if p.beforeMessengers != nil {
+		if err := p.beforeMessengers(t); err != nil {
 			return nil, err
 		}
 	}

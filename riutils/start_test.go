@@ -32,7 +32,7 @@ func TestStartThreadWithoutMessengers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.failMessengers = func(th int) error {
+		p.beforeMessengers = func(th int) error {
 			if th == failing {
 				return injected
 			}
@@ -77,7 +77,7 @@ func TestStartBodiesAfterEveryThread(t *testing.T) {
 	}
 	// Thread 2 is slow to get its messengers; no body may start before.
 	var slowReady atomic.Bool
-	p.failMessengers = func(th int) error {
+	p.beforeMessengers = func(th int) error {
 		if th == 2 {
 			time.Sleep(100 * time.Millisecond)
 			slowReady.Store(true)

@@ -588,16 +588,18 @@ func runPattern(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuff
 	for i := range got {
 		got[i] = newTallies(o.procs)
 	}
-	broadcast := o.pattern == "broadcast"
+	// Broadcast records go to every process (-1), whatever genRecords's
+	// hash says.
+	dest := func(d int) int {
+		if o.pattern == "broadcast" {
+			return -1
+		}
+		return d
+	}
 	start := time.Now()
 	err := x.run(ctx, 0, stage{
 		emit: func(th int, send func([]byte, int) error) error {
-			return genRecords(o, rank, th, func(rec []byte, dest int) error {
-				if broadcast {
-					dest = -1
-				}
-				return send(rec, dest)
-			})
+			return genRecords(o, rank, th, func(rec []byte, d int) error { return send(rec, dest(d)) })
 		},
 		consume: func(k int, rec []byte) { got[k].recv(rec) },
 	})
@@ -607,13 +609,7 @@ func runPattern(ctx context.Context, x exchanger, rank int, o shuffleOpts) shuff
 	}
 	t := newTallies(o.procs)
 	for th := 0; th < o.threads; th++ {
-		genRecords(o, rank, th, func(rec []byte, dest int) error {
-			if broadcast {
-				dest = -1
-			}
-			t.send(dest, rec)
-			return nil
-		})
+		genRecords(o, rank, th, func(rec []byte, d int) error { t.send(dest(d), rec); return nil })
 	}
 	for _, u := range got {
 		t.add(u)
