@@ -29,6 +29,9 @@ type keeper struct {
 	stats  Stats // the helper's calls, rotations and growths
 	local  Stats // counted by the helper while it writes, copied into stats
 	run    bool  // the helper goroutine is running
+	// hold is the process's Hold; tests replace it to lose the race
+	// with Close at will.
+	hold func() (release func(), err error)
 }
 
 type keptQueue struct {
@@ -45,7 +48,7 @@ func newKeeper(m *Messengers, z *alloc.ZoneAllocator) (*keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &keeper{m: m, ring: ring, wake: make(chan struct{}, 1), queues: map[dsfabric.ThreadID]*keptQueue{}}, nil
+	return &keeper{m: m, ring: ring, wake: make(chan struct{}, 1), queues: map[dsfabric.ThreadID]*keptQueue{}, hold: m.proc.Hold}, nil
 }
 
 // call sends at once if nothing is kept for s's destination and there is
@@ -82,7 +85,7 @@ func (k *keeper) call(s *sender, h dsfabric.HandlerID, args, buf []byte) error {
 		// it ends (at the close). Taken before the call is kept: a Hold
 		// that fails lost a race with Close, and the call, which no
 		// helper would ever send, fails rather than vanish.
-		release, err := k.m.proc.Hold()
+		release, err := k.hold()
 		if err != nil {
 			k.mu.Unlock()
 			return errFabricClosed

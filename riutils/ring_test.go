@@ -14,6 +14,7 @@ import (
 
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
+	"github.com/seriema-go/seriema/dtutils"
 )
 
 // twoThreads runs sender (thread 1) and receiver (thread 0) bodies in one
@@ -847,6 +848,53 @@ func TestRetryAsyncHelperFailureReported(t *testing.T) {
 			return fmt.Errorf("Flush after the helper failed: %v, want its failure", err)
 		}
 		return nil
+	})
+}
+
+// TestRetryAsyncHoldLostToClose: the first call RetryAsync keeps starts
+// the helper, which must first hold the process's memory; a hold refused
+// (the fabric's Close won the race, injected here) fails that call with
+// ErrClosed and keeps nothing, since no helper would ever send it. The
+// messenger is not harmed: once holds succeed again the same call is kept
+// and arrives, in order after those written before.
+func TestRetryAsyncHoldLostToClose(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 1 << 20}
+	withStalledReceiver(t, cfg, func(m *Messengers, h dsfabric.HandlerID, accepted chan<- int) (err error) {
+		defer unblockOnError(accepted, &err)
+		holds := 0
+		m.keeper.hold = func() (func(), error) {
+			holds++
+			return nil, fmt.Errorf("%w: injected", dtutils.ErrClosed)
+		}
+		var args [8]byte
+		n := 0
+		for ; ; n++ {
+			if n > 1<<16 {
+				return errors.New("the messenger never filled")
+			}
+			binary.LittleEndian.PutUint64(args[:], uint64(n))
+			if err = m.Call(0, h, args[:]); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrClosed) || holds != 1 {
+			return fmt.Errorf("the call whose hold was refused: %v after %d holds, want ErrClosed after 1", err, holds)
+		}
+		m.keeper.mu.Lock()
+		run := m.keeper.run
+		m.keeper.mu.Unlock()
+		if m.Kept() != 0 || run {
+			return fmt.Errorf("after the refused hold: %d bytes kept, helper running %v; want nothing kept and no helper", m.Kept(), run)
+		}
+		m.keeper.hold = m.proc.Hold
+		if err = m.Call(0, h, args[:]); err != nil {
+			return fmt.Errorf("the same call once holds succeed: %w", err)
+		}
+		if m.Kept() == 0 {
+			return errors.New("the call after the refused hold was written at once: the test did not reach the keeper")
+		}
+		accepted <- n + 1
+		return m.Flush()
 	})
 }
 

@@ -1359,6 +1359,9 @@ var mutations = []mutation{
 	{Name: "shuffle-send-not-populated", Focus: "TestSection4_2_OpenRegistersBuffers", Rule: "OPEN registers (faults in) an endpoint's send buffers",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
 		Old: "alloc.RegionConfig{Name: \"shuffle-send\", Populate: true}", New: "alloc.RegionConfig{Name: \"shuffle-send\"}"},
+	{Name: "riutils-keeper-hold-error-ignored", Focus: "TestRetryAsyncHoldLostToClose", Rule: "a RetryAsync call whose helper cannot hold the process memory fails and is not kept",
+		File: "riutils/keeper.go", Pkg: "./riutils",
+		Old: "\t\tif err != nil {\n\t\t\tk.mu.Unlock()\n\t\t\treturn errFabricClosed\n\t\t}\n", New: "\t\tif err != nil {\n\t\t\trelease = func() {}\n\t\t}\n"},
 }
 
 func main() {
