@@ -166,7 +166,7 @@ func (f *Fabric) syncFlags(s *Synchronizer, h *callHdr) error {
 		return nil
 	}
 	if s.finished() {
-		return fmt.Errorf("%w: Add to its count before the call", ErrSyncDone)
+		return fmt.Errorf("%w: a done synchronizer counts no more calls (Add before its count reaches zero, or make a new one)", ErrSyncDone)
 	}
 	if s.mode == Executed {
 		h.flags |= flagNotify

@@ -84,8 +84,8 @@
 // A Synchronizer counts calls down when they are transmitted (Transmitted)
 // or when the callee ran them (Executed, a notification back); Wait,
 // WaitContext, C and a callback observe it. Once at zero it is done: a
-// call given it then fails with ErrSyncDone (raise the count with Add
-// before the calls, not after). Calls to a worker run on that
+// call given it then fails with ErrSyncDone, and Add panics (raise the
+// count with Add before the calls, not after; make a new one to reuse). Calls to a worker run on that
 // worker, in arrival order, when it polls (Worker.Poll; the default worker
 // body serves forever).
 //

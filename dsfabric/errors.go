@@ -27,7 +27,8 @@ var (
 	// ErrCodec: arguments could not be encoded or decoded.
 	ErrCodec = errors.New("dsfabric: cannot encode or decode value")
 	// ErrSyncDone: a call was given a Synchronizer whose count had
-	// already reached zero (raise it with Add before the calls); nothing
-	// was sent.
+	// already reached zero: a done synchronizer counts no more calls (raise
+	// the count with Add before it reaches zero, or make a new one);
+	// nothing was sent.
 	ErrSyncDone = errors.New("dsfabric: synchronizer already at zero")
 )

@@ -269,6 +269,17 @@ func TestMisuse(t *testing.T) {
 		if err := local.WaitContext(ctx); err != nil || !ran.Load() {
 			t.Fatal("Transmitted synchronizer not counted down after the call was sent")
 		}
+		// Add before the calls: one synchronizer counts both.
+		both := NewSynchronizer(1, Executed, nil)
+		both.Add(1)
+		for i := 0; i < 2; i++ {
+			if err := f.Call(me, other, hEcho, []byte("x"), both); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := both.WaitContext(ctx); err != nil || both.Count() != 0 {
+			t.Fatalf("a synchronizer raised by Add: %v with %d still expected", err, both.Count())
+		}
 		// A synchronizer already at zero (finished, or made with 0) is
 		// refused, and nothing stays registered.
 		for _, s := range []*Synchronizer{local, NewSynchronizer(0, Executed, nil)} {

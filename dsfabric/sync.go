@@ -43,8 +43,23 @@ func NewSynchronizer(n int, mode Notify, fn func()) *Synchronizer {
 	return s
 }
 
-// Add raises the count by k (before issuing k more calls).
-func (s *Synchronizer) Add(k int) { s.n.Add(int64(k)) }
+// Add changes the count by k: raise it before issuing k more calls that
+// must count. Like sync.WaitGroup's, it panics on misuse that would lose
+// a notification silently: an Add to a synchronizer already done (its
+// count reached zero, Wait returned and the callback ran; make a new one),
+// or one that takes the count below zero. An Add that brings the count to
+// zero finishes it.
+func (s *Synchronizer) Add(k int) {
+	if s.finished() {
+		panic("dsfabric: Synchronizer.Add after its count reached zero (make a new one)")
+	}
+	switch n := s.n.Add(int64(k)); {
+	case n < 0:
+		panic("dsfabric: Synchronizer.Add takes the count below zero")
+	case n == 0:
+		s.finish()
+	}
+}
 
 // Count returns the notifications still expected.
 func (s *Synchronizer) Count() int { return int(s.n.Load()) }

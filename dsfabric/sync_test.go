@@ -41,6 +41,56 @@ func TestSynchronizer(t *testing.T) {
 	}
 }
 
+// TestSynchronizerAdd: Add raises the count before more calls, many
+// goroutines at once; an Add that brings the count to zero finishes it;
+// misuse that would lose a notification panics (an Add once done, a count
+// below zero), as sync.WaitGroup's does.
+func TestSynchronizerAdd(t *testing.T) {
+	var calls atomic.Int32
+	s := NewSynchronizer(1, Executed, func() { calls.Add(1) })
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Add(2) }()
+	}
+	wg.Wait()
+	if s.Count() != 101 {
+		t.Fatalf("count %d after 50 × Add(2) on 1, want 101", s.Count())
+	}
+	for i := 0; i < 100; i++ {
+		s.Done()
+	}
+	select {
+	case <-s.C():
+		t.Fatal("done with one notification still expected")
+	default:
+	}
+	s.Add(-1)
+	select {
+	case <-s.C():
+	default:
+		t.Fatal("an Add that brought the count to zero did not finish it")
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("callback ran %d times, want 1", calls.Load())
+	}
+	panics := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	panics("Add on a done synchronizer", func() { s.Add(1) })
+	panics("Add on one made at zero", func() { NewSynchronizer(0, Transmitted, nil).Add(1) })
+	panics("Add below zero", func() { NewSynchronizer(1, Transmitted, nil).Add(-2) })
+	if calls.Load() != 1 {
+		t.Fatalf("callback ran %d times after misuse, want 1", calls.Load())
+	}
+}
+
 // TestConfigHotPeriod: the default hot period, and the bounds Start checks.
 func TestConfigHotPeriod(t *testing.T) {
 	var c Config

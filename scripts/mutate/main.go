@@ -1362,6 +1362,12 @@ var mutations = []mutation{
 	{Name: "riutils-keeper-hold-error-ignored", Focus: "TestRetryAsyncHoldLostToClose", Rule: "a RetryAsync call whose helper cannot hold the process memory fails and is not kept",
 		File: "riutils/keeper.go", Pkg: "./riutils",
 		Old: "\t\tif err != nil {\n\t\t\tk.mu.Unlock()\n\t\t\treturn errFabricClosed\n\t\t}\n", New: "\t\tif err != nil {\n\t\t\trelease = func() {}\n\t\t}\n"},
+	{Name: "dsfabric-sync-add-zero-unfinished", Focus: "TestSynchronizerAdd", Rule: "an Add that brings a synchronizer to zero finishes it",
+		File: "dsfabric/sync.go", Pkg: "./dsfabric",
+		Old: "\tcase n == 0:\n\t\ts.finish()\n", New: "\tcase n == 0:\n"},
+	{Name: "dsfabric-sync-add-after-done", Focus: "TestSynchronizerAdd", Rule: "Add to a synchronizer already done panics rather than count calls nobody waits for",
+		File: "dsfabric/sync.go", Pkg: "./dsfabric",
+		Old: "\tif s.finished() {\n\t\tpanic(", New: "\tif false && s.finished() {\n\t\tpanic("},
 }
 
 func main() {
