@@ -19,9 +19,14 @@ var (
 	ErrBadConfig = errors.New("riutils: bad config")
 	// ErrNotBound: the Process is not bound to a started fabric yet.
 	ErrNotBound = errors.New("riutils: not bound to a fabric")
-	// ErrClosed: the messengers were shut down, or their fabric closed.
+	// ErrClosed: the messengers were shut down, or their fabric closed,
+	// or a Synchronizer given to a call (or waited on) was closed.
 	ErrClosed = errors.New("riutils: closed")
 )
+
+// errSyncClosed is what a call or Wait given a closed Synchronizer
+// returns.
+var errSyncClosed = fmt.Errorf("%w: the synchronizer was closed (its counter may count another's calls by now)", ErrClosed)
 
 // errFabricClosed is what Messengers, Aggregators and Synchronizers kept
 // past their fabric's Close return: their memory is unmapped.

@@ -61,16 +61,41 @@ func (m *Messengers) NewSynchronizer(n int) (*Synchronizer, error) {
 
 // Add adds k calls to count (before making them). Add and Count touch
 // registered memory: use them before the fabric closes (Wait reports
-// ErrClosed after).
-func (s *Synchronizer) Add(k int) { s.word.Add(int64(k)) }
+// ErrClosed after). Add panics after Close: the counter may be another
+// synchronizer's by then.
+func (s *Synchronizer) Add(k int) {
+	if s.m == nil {
+		panic("riutils: Synchronizer.Add after Close")
+	}
+	s.word.Add(int64(k))
+}
 
-// Count returns the calls still outstanding.
-func (s *Synchronizer) Count() int { return int(s.word.Load()) }
+// Count returns the calls still outstanding; 0 after Close.
+func (s *Synchronizer) Count() int {
+	if s.m == nil {
+		return 0
+	}
+	return int(s.word.Load())
+}
+
+// usable checks a synchronizer given to a call: after its Close the
+// counter goes back to the thread's pool, and a callee counting it down
+// would count down whichever synchronizer has it next (that one's Wait
+// would return early).
+func (s *Synchronizer) usable() error {
+	if s != nil && s.m == nil {
+		return errSyncClosed
+	}
+	return nil
+}
 
 // Wait returns once the count is zero, running this thread's incoming calls
 // meanwhile, or with ctx's error, or with an error naming a rank of the job
 // that died (its calls may never be counted down).
 func (s *Synchronizer) Wait(ctx context.Context) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	w := s.m.replyWait()
 	for {
 		if s.m.proc.Closed() { // the counter's memory is unmapped
@@ -93,7 +118,8 @@ func (s *Synchronizer) Wait(ctx context.Context) error {
 	}
 }
 
-// Close returns the counter to the thread's pool.
+// Close returns the counter to the thread's pool. A call given s after
+// Close fails with ErrClosed, as does Wait.
 func (s *Synchronizer) Close() {
 	if s.m != nil {
 		s.m.syncs.free = append(s.m.syncs.free, s.slot)
@@ -104,6 +130,9 @@ func (s *Synchronizer) Close() {
 // CallSync is CallBuffer (buf may be nil) with an Executed notification:
 // s counts the call down once dst has run it, whatever its result.
 func (m *Messengers) CallSync(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf []byte, s *Synchronizer) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	return m.callExt(dst, h, extNotify, alloc.Locator{}, alloc.Locator{}, s, args, buf)
 }
 
@@ -113,6 +142,9 @@ func (m *Messengers) CallSync(dst dsfabric.ThreadID, h dsfabric.HandlerID, args,
 // write is complete when h runs. orig must not change until then (use s, or
 // nil).
 func (m *Messengers) CallBufferWrite(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []byte, orig alloc.Memory, dest alloc.Locator, s *Synchronizer) error {
+	if err := s.usable(); err != nil {
+		return err // before the write: a refused call writes nothing
+	}
 	if err := m.checkRemote(dst, dest, orig.Len()); err != nil {
 		return err
 	}
@@ -134,6 +166,9 @@ func (m *Messengers) CallBufferWrite(dst dsfabric.ThreadID, h dsfabric.HandlerID
 // process, with a one-sided read, then run h with Call.Buffer = dest's
 // bytes. orig must stay unchanged until h has run: pass s to know when.
 func (m *Messengers) CallBufferRead(dst dsfabric.ThreadID, h dsfabric.HandlerID, args []byte, orig alloc.Memory, dest alloc.Locator, s *Synchronizer) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	if err := m.checkRemote(dst, dest, orig.Len()); err != nil {
 		return err
 	}

@@ -130,10 +130,51 @@ func TestOneSidedCallVariants(t *testing.T) {
 				if err := m.CallBufferRead(1, hCheck, nil, orig, small, nil); !errors.Is(err, alloc.ErrOutOfRange) {
 					return fmt.Errorf("destination too small: %v", err)
 				}
+				// A closed synchronizer is refused by every call and by
+				// Wait before anything is sent: its counter is the next
+				// one's, which a callee counting it down would end early.
+				closed, err := m.NewSynchronizer(1)
+				if err != nil {
+					return err
+				}
+				closed.Close()
+				next, err := m.NewSynchronizer(1) // closed's counter, reused
+				if err != nil {
+					return err
+				}
+				args16 := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 3), 16)
+				for name, call := range map[string]func() error{
+					"CallSync":        func() error { return m.CallSync(1, hCheck, args16, orig.Bytes(), closed) },
+					"CallBufferWrite": func() error { return m.CallBufferWrite(1, hCheck, args16, orig, d, closed) },
+					"CallBufferRead":  func() error { return m.CallBufferRead(1, hCheck, args16, orig, d, closed) },
+					"Wait":            func() error { return closed.Wait(ctx) },
+				} {
+					if err := call(); !errors.Is(err, ErrClosed) {
+						return fmt.Errorf("%s with a closed synchronizer: %v, want ErrClosed", name, err)
+					}
+				}
+				if closed.Count() != 0 {
+					return fmt.Errorf("a closed synchronizer's Count: %d, want 0", closed.Count())
+				}
+				if err := func() (err error) {
+					defer func() {
+						if recover() == nil {
+							err = errors.New("Add on a closed synchronizer did not panic")
+						}
+					}()
+					closed.Add(1)
+					return nil
+				}(); err != nil {
+					return err
+				}
 				res, err := m.CallReturn(ctx, 1, hCount, nil, obj)
 				if err != nil {
 					return err
 				}
+				if next.Count() != 1 { // every call before hCount has run
+					return fmt.Errorf("the synchronizer that reused a closed one's counter counts %d, want 1", next.Count())
+				}
+				next.Close()
 				if o, b := binary.LittleEndian.Uint64(res), binary.LittleEndian.Uint64(res[8:]); o != 2*rounds+100 || b != 0 {
 					return fmt.Errorf("callee checked %d buffers right and %d wrong, want %d and 0", o, b, 2*rounds+100)
 				}

@@ -1368,6 +1368,9 @@ var mutations = []mutation{
 	{Name: "dsfabric-sync-add-after-done", Focus: "TestSynchronizerAdd", Rule: "Add to a synchronizer already done panics rather than count calls nobody waits for",
 		File: "dsfabric/sync.go", Pkg: "./dsfabric",
 		Old: "\tif s.finished() {\n\t\tpanic(", New: "\tif false && s.finished() {\n\t\tpanic("},
+	{Name: "riutils-closed-sync-accepted", Focus: "TestOneSidedCallVariants", Rule: "a call given a closed Synchronizer is refused: its counter may be another synchronizer's",
+		File: "riutils/extend.go", Pkg: "./riutils",
+		Old: "\tif s != nil && s.m == nil {\n\t\treturn errSyncClosed", New: "\tif false && s != nil && s.m == nil {\n\t\treturn errSyncClosed"},
 }
 
 func main() {
