@@ -20,13 +20,16 @@ var (
 	// ErrNotBound: the Process is not bound to a started fabric yet.
 	ErrNotBound = errors.New("riutils: not bound to a fabric")
 	// ErrClosed: the messengers were shut down, or their fabric closed,
-	// or a Synchronizer given to a call (or waited on) was closed.
+	// or a Synchronizer or RemoteObject given to a call was closed.
 	ErrClosed = errors.New("riutils: closed")
 )
 
 // errSyncClosed is what a call or Wait given a closed Synchronizer
 // returns.
 var errSyncClosed = fmt.Errorf("%w: the synchronizer was closed (its counter may count another's calls by now)", ErrClosed)
+
+// errObjectClosed is what CallReturn given a closed RemoteObject returns.
+var errObjectClosed = fmt.Errorf("%w: the RemoteObject was closed", ErrClosed)
 
 // errFabricClosed is what Messengers, Aggregators and Synchronizers kept
 // past their fabric's Close return: their memory is unmapped.

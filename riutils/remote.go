@@ -20,6 +20,7 @@ type RemoteObject struct {
 	loc    alloc.Locator
 	seq    uint64
 	cap    int
+	closed bool // its memory is unmapped
 }
 
 // NewRemoteObject returns a slot for results of at most capacity bytes.
@@ -42,13 +43,24 @@ func (m *Messengers) NewRemoteObject(capacity int) (*RemoteObject, error) {
 // Capacity returns the largest result the object holds.
 func (o *RemoteObject) Capacity() int { return o.cap }
 
-// Close releases the object's memory.
-func (o *RemoteObject) Close(m *Messengers) error { return m.f.Process().Registry().Release(o.region) }
+// Close releases the object's memory; a CallReturn given o afterwards
+// fails with ErrClosed. A second Close does nothing.
+func (o *RemoteObject) Close(m *Messengers) error {
+	if o.closed {
+		return nil
+	}
+	o.closed = true
+	return m.f.Process().Registry().Release(o.region)
+}
 
 // CallReturn runs h with args on thread dst, one-sided both ways, and
 // returns the result, which stays valid until obj's next use. While it
 // waits it keeps running the calls written to this thread.
 func (m *Messengers) CallReturn(ctx context.Context, dst dsfabric.ThreadID, h dsfabric.HandlerID, args []byte, obj *RemoteObject) ([]byte, error) {
+	if obj.closed {
+		// Its slot is unmapped: waiting there would fault.
+		return nil, errObjectClosed
+	}
 	obj.seq++
 	a := m.scratch[:0]
 	a = binary.LittleEndian.AppendUint32(a, uint32(h))

@@ -44,7 +44,15 @@ func TestCallReturnRemoteObject(t *testing.T) {
 				if err != nil || o.Capacity() != m.p.cfg.MaxPayload() {
 					return fmt.Errorf("a RemoteObject of MaxPayload bytes: %v", err)
 				}
-				o.Close(m)
+				if err := o.Close(m); err != nil {
+					return err
+				}
+				if err := o.Close(m); err != nil {
+					return fmt.Errorf("a second Close: %v, want nothing done", err)
+				}
+				if _, err := m.CallReturn(ctx, 1, hInc, nil, o); !errors.Is(err, ErrClosed) {
+					return fmt.Errorf("CallReturn with a closed RemoteObject: %v, want ErrClosed", err)
+				}
 				for i := 0; i < 1000; i++ {
 					v, err := CallReturnTyped[int](ctx, m, 1, hInc, i, obj)
 					if err != nil || v != i+1 {

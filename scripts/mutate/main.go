@@ -1371,6 +1371,9 @@ var mutations = []mutation{
 	{Name: "riutils-closed-sync-accepted", Focus: "TestOneSidedCallVariants", Rule: "a call given a closed Synchronizer is refused: its counter may be another synchronizer's",
 		File: "riutils/extend.go", Pkg: "./riutils",
 		Old: "\tif s != nil && s.m == nil {\n\t\treturn errSyncClosed", New: "\tif false && s != nil && s.m == nil {\n\t\treturn errSyncClosed"},
+	{Name: "riutils-closed-object-used", Focus: "TestCallReturnRemoteObject", Rule: "CallReturn refuses a closed RemoteObject rather than wait in unmapped memory",
+		File: "riutils/remote.go", Pkg: "./riutils",
+		Old: "\tif obj.closed {\n", New: "\tif false && obj.closed {\n"},
 }
 
 func main() {
