@@ -845,6 +845,9 @@ func (r *Receiver) Sources() int { return len(r.srcs) }
 func (r *Receiver) GetData(ctx context.Context) (In, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.released {
+		return In{}, errReceiverClosed // its rings are given back
+	}
 	if err := procClosed(r.proc); err != nil {
 		return In{}, err
 	}
@@ -1061,6 +1064,9 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 func (r *Receiver) Release(in In) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.released {
+		return errReceiverClosed
+	}
 	if err := procClosed(r.proc); err != nil {
 		return err
 	}
@@ -1114,7 +1120,8 @@ func (r *Receiver) credit(s *recvSrc) error {
 // connection under them would fail it), then releases the receiver's
 // memory; the queue pairs stay open. If the process was closed first,
 // Close only releases the memory and, unless every source had ended its
-// stream, returns ErrClosed. Closing again does nothing.
+// stream, returns ErrClosed. Closing again does nothing; GetData and
+// Release afterwards return ErrClosed.
 func (r *Receiver) Close(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

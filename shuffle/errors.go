@@ -1,6 +1,9 @@
 package shuffle
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of package shuffle; returned errors wrap them.
 var (
@@ -21,3 +24,7 @@ var (
 	// buffer was released twice or out of turn.
 	ErrBadBuffer = errors.New("shuffle: malformed or misused buffer")
 )
+
+// errReceiverClosed is what a closed Receiver's GetData and Release
+// return: its rings went back with Close.
+var errReceiverClosed = fmt.Errorf("%w: the receiver was closed", ErrClosed)

@@ -804,6 +804,47 @@ func TestEndpointMisuse(t *testing.T) {
 			t.Errorf("Receiver.Close, time %d: %v", i+1, err)
 		}
 	}
+	// A closed receiver's rings are given back: reading them would fault.
+	if _, err := r.GetData(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("GetData after Close: %v, want ErrClosed", err)
+	}
+	if err := r.Release(In{Src: 0}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Release after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestReceiverClosedMidStream: a Receiver closed while its sources still
+// send gives its rings back; GetData and Release then fail with ErrClosed
+// instead of reading memory that is no longer the receiver's. Every design.
+func TestReceiverClosedMidStream(t *testing.T) {
+	for _, d := range []Design{WR, RD, SR} {
+		t.Run(d.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			j := newJob(t, transports[0].make, 2, 1, 1, Config{Design: d, BufferBytes: 256, Depth: 2})
+			s, r := j.senders[0][0], j.receivers[1][0]
+			b, err := s.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Data = append(b.Data, "first"...)
+			if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+				t.Fatal(err)
+			}
+			in, err := r.GetData(ctx)
+			if err != nil || string(in.Data) != "first" {
+				t.Fatalf("the buffer sent: %q, %v", in.Data, err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			r.Close(cctx) // mid-stream: what it returns is not this test's concern
+			if _, err := r.GetData(ctx); !errors.Is(err, ErrClosed) {
+				t.Errorf("GetData after Close mid-stream: %v, want ErrClosed", err)
+			}
+			if err := r.Release(in); !errors.Is(err, ErrClosed) {
+				t.Errorf("Release after Close mid-stream: %v, want ErrClosed", err)
+			}
+		})
+	}
 }
 
 // TestSection6_AdaptiveWindow (seed 004 §6): an adaptive receiver widens

@@ -1374,6 +1374,12 @@ var mutations = []mutation{
 	{Name: "riutils-closed-object-used", Focus: "TestCallReturnRemoteObject", Rule: "CallReturn refuses a closed RemoteObject rather than wait in unmapped memory",
 		File: "riutils/remote.go", Pkg: "./riutils",
 		Old: "\tif obj.closed {\n", New: "\tif false && obj.closed {\n"},
+	{Name: "shuffle-getdata-after-close", Focus: "TestReceiverClosedMidStream", Rule: "a closed Receiver's GetData fails rather than read the rings it gave back",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "\tif r.released {\n\t\treturn In{}, errReceiverClosed", New: "\tif false && r.released {\n\t\treturn In{}, errReceiverClosed"},
+	{Name: "shuffle-release-after-close", Focus: "TestReceiverClosedMidStream", Rule: "a closed Receiver's Release fails rather than write credits from memory it gave back",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "\tif r.released {\n\t\treturn errReceiverClosed", New: "\tif false && r.released {\n\t\treturn errReceiverClosed"},
 }
 
 func main() {
