@@ -269,7 +269,9 @@ func (a *Aggregator) flush(dst dsfabric.ThreadID, d *aggDst) error {
 	if err != nil {
 		return err
 	}
-	a.m.own(s)
+	if err := a.m.own(s); err != nil {
+		return err
+	}
 	size := a.sealBatch(d)
 	ok, err := s.reserve(size, a.m.p.cfg.Policy)
 	if err == nil && !ok {
@@ -433,7 +435,9 @@ func (a *Aggregator) drain(dst dsfabric.ThreadID, d *aggDst, policy Policy) erro
 	if err != nil {
 		return err
 	}
-	a.m.own(s)
+	if err := a.m.own(s); err != nil {
+		return err
+	}
 	sent := 0
 	for {
 		if len(d.queue) == sent {

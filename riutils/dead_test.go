@@ -138,6 +138,55 @@ func TestUseAfterFabricClose(t *testing.T) {
 	}
 }
 
+// TestFlushAfterFabricClose: calls RetryAsync still kept when the fabric
+// closes can never go out (the helper stops at the close); Messengers.Flush
+// then reports them lost with ErrClosed. Before, it waited for them for
+// ever. Rank 1's first call sleeps, so that rank 0 closes with calls kept.
+func TestFlushAfterFabricClose(t *testing.T) {
+	cfg := Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: RetryAsync, MaxAsyncBytes: 1 << 20}
+	var h dsfabric.HandlerID
+	var kept *Messengers
+	var slept atomic.Bool
+	job(t, 2, 1, "", cfg, func(hs *dsfabric.Handlers) {
+		h, _ = hs.Register("slow", func(c *dsfabric.Call, a []byte) ([]byte, error) {
+			if !slept.Swap(true) {
+				time.Sleep(3 * time.Second)
+			}
+			return nil, nil
+		})
+	}, func(m *Messengers) error {
+		if m.f.Rank() != 0 {
+			return nil
+		}
+		kept = m
+		for i := 0; m.Kept() == 0; i++ {
+			if i > 1<<16 {
+				return errors.New("the messenger never filled")
+			}
+			if err := m.Call(1, h, []byte{1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if kept == nil {
+		return // rank 1
+	}
+	if kept.Kept() == 0 {
+		t.Fatal("every kept call went out before the close: the test did not exercise Flush after it")
+	}
+	done := make(chan error, 1)
+	go func() { done <- kept.Flush() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Flush with calls kept past the close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flush with calls kept past the close still waits after 10 s")
+	}
+}
+
 // TestPollerOutlivesFabric: a Poller serving on a goroutine of its own
 // with a context that never ends (the fabric's Close does not wait for
 // it) stops when the fabric closes, and its Polls afterwards run nothing.

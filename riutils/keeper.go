@@ -147,17 +147,21 @@ func (k *keeper) busy() int {
 
 // own waits, running this thread's calls, until the thread drives s (an
 // Aggregator or a shutdown must not write while kept calls go out).
-func (m *Messengers) own(s *sender) {
+func (m *Messengers) own(s *sender) error {
 	if m.keeper.idle(s.dst) {
-		return // the common case, without setting up a wait
+		return nil // the common case, without setting up a wait
 	}
-	m.ownContext(context.Background(), s)
+	return m.ownContext(context.Background(), s)
 }
 
 // ownContext is own that gives up when ctx is done (Shutdown's wait).
 func (m *Messengers) ownContext(ctx context.Context, s *sender) error {
 	w := m.replyWait()
 	for !m.keeper.idle(s.dst) {
+		if m.proc.Closed() {
+			// The helper stopped at the close and never hands s back.
+			return fmt.Errorf("%w: calls kept for thread %d were not sent", errFabricClosed, s.dst)
+		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("riutils: waiting for the calls kept for thread %d to go out: %w", s.dst, err)
 		}

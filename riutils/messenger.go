@@ -388,7 +388,8 @@ func newRing(z *alloc.ZoneAllocator, unit int) (*alloc.LinearCircular, error) {
 
 // Flush waits until the calls RetryAsync keeps are sent (running this
 // thread's own calls meanwhile). Without RetryAsync it does nothing:
-// Messenger calls are written at once.
+// Messenger calls are written at once. Calls still kept when the fabric
+// closes are lost: Flush then returns ErrClosed.
 func (m *Messengers) Flush() error {
 	if m.keeper == nil {
 		return nil
@@ -398,6 +399,10 @@ func (m *Messengers) Flush() error {
 		n, err := m.keeper.status()
 		if err != nil || m.keeper.busy() == 0 {
 			return err
+		}
+		if m.proc.Closed() {
+			// The helper stopped at the close: what it kept stays.
+			return fmt.Errorf("%w: %d bytes kept were not sent", errFabricClosed, n)
 		}
 		if m.Poll() > 0 {
 			w.Reset()

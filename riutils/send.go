@@ -176,7 +176,9 @@ func (m *Messengers) call(dst dsfabric.ThreadID, h dsfabric.HandlerID, args, buf
 	if err != nil {
 		return false, err
 	}
-	m.own(s)
+	if err := m.own(s); err != nil {
+		return false, err
+	}
 	return m.callTo(s, h, args, buf, policy)
 }
 
