@@ -454,8 +454,13 @@ func (w *Wiring) Mesh(ctx context.Context, f *dsfabric.Fabric) (*Mesh, error) {
 
 // Stage wires a stage of the plan over the mesh's connections, as
 // Wiring.Connect does over connections of its own. Designs WR and RD; SR
-// endpoints need processes of their own, so SR stages use Connect.
+// endpoints need processes of their own, so SR stages use Connect. After
+// the mesh's Close it fails with ErrClosed.
 func (m *Mesh) Stage(ctx context.Context, cfg Config, endpoints, users int) (*Endpoints, error) {
+	if m.closed {
+		// Its connections are closed: the stage would wire nothing.
+		return nil, fmt.Errorf("%w: the mesh was closed", ErrClosed)
+	}
 	if cfg.withDefaults().Design == SR {
 		return nil, fmt.Errorf("%w: an sr stage needs processes of its own; wire it with Wiring.Connect", ErrBadConfig)
 	}

@@ -316,6 +316,11 @@ func TestMeshCloseWaitsForPeers(t *testing.T) {
 			if err := m.Close(ctx); err != nil { // again: nothing left to wait for
 				t.Errorf("rank 0's second Close: %v", err)
 			}
+			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+			defer scancel()
+			if _, err := m.Stage(sctx, Config{Design: WR, BufferBytes: 2048, Depth: 4}, 1, 1); !errors.Is(err, ErrClosed) {
+				t.Errorf("a stage on a closed mesh: %v, want ErrClosed", err)
+			}
 			if msg := <-closed; msg != "closed" {
 				t.Errorf("rank 1's Close: %s", msg)
 			}

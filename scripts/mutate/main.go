@@ -1383,6 +1383,9 @@ var mutations = []mutation{
 	{Name: "riutils-flush-after-close-waits", Focus: "TestFlushAfterFabricClose", Rule: "Flush with calls kept past the fabric's close reports them lost rather than wait for ever",
 		File: "riutils/messenger.go", Pkg: "./riutils",
 		Old: "\t\tif m.proc.Closed() {\n\t\t\t// The helper stopped at the close: what it kept stays.", New: "\t\tif false && m.proc.Closed() {\n\t\t\t// The helper stopped at the close: what it kept stays."},
+	{Name: "shuffle-stage-on-closed-mesh", Focus: "TestMeshCloseWaitsForPeers", Rule: "a stage on a closed mesh fails with ErrClosed",
+		File: "shuffle/fabric.go", Pkg: "./shuffle",
+		Old: "\tif m.closed {\n\t\t// Its connections are closed", New: "\tif false && m.closed {\n\t\t// Its connections are closed"},
 }
 
 func main() {
