@@ -225,11 +225,15 @@ func (d *Distributed) Search(ctx context.Context, state State) (Result, error) {
 }
 
 // SearchTime is Search with its own time limit instead of cfg.MoveTime (0:
-// Budget alone): a GUI's clock gives each move a different one. At least
-// one rollout comes back before the limit can end the phase.
+// Budget alone; negative: ErrBadConfig, as for MoveTime): a GUI's clock
+// gives each move a different one. At least one rollout comes back before
+// the limit can end the phase.
 func (d *Distributed) SearchTime(ctx context.Context, state State, limit time.Duration) (Result, error) {
 	if d.f.Rank() != 0 {
 		return Result{}, fmt.Errorf("%w (this is rank %d)", ErrNotRoot, d.f.Rank())
+	}
+	if limit < 0 {
+		return Result{}, fmt.Errorf("%w: time limit %v (want ≥ 0)", ErrBadConfig, limit)
 	}
 	if d.closed.Load() {
 		return Result{}, ErrClosed

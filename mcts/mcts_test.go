@@ -380,6 +380,9 @@ func TestSearchCancel(t *testing.T) {
 		if _, err := d.Search(gctx, won); !errors.Is(err, mcts.ErrGameOver) {
 			t.Fatalf("a search of a finished game: %v, want %v", err, mcts.ErrGameOver)
 		}
+		if _, err := d.SearchTime(gctx, s, -time.Second); !errors.Is(err, mcts.ErrBadConfig) {
+			t.Fatalf("a search with a negative time limit: %v, want %v", err, mcts.ErrBadConfig)
+		}
 		gcancel()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		_, err := d.Search(ctx, s)

@@ -1386,6 +1386,9 @@ var mutations = []mutation{
 	{Name: "shuffle-stage-on-closed-mesh", Focus: "TestMeshCloseWaitsForPeers", Rule: "a stage on a closed mesh fails with ErrClosed",
 		File: "shuffle/fabric.go", Pkg: "./shuffle",
 		Old: "\tif m.closed {\n\t\t// Its connections are closed", New: "\tif false && m.closed {\n\t\t// Its connections are closed"},
+	{Name: "mcts-negative-time-limit", Focus: "TestSearchCancel", Rule: "a search with a negative time limit is refused, as a negative MoveTime is",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "\tif limit < 0 {\n", New: "\tif false && limit < 0 {\n"},
 }
 
 func main() {
