@@ -852,6 +852,27 @@ func TestCircularConfigLimits(t *testing.T) {
 	}
 }
 
+// TestGeneralConfigVerify: every field's bound, and NewGeneral applies
+// them.
+func TestGeneralConfigVerify(t *testing.T) {
+	if err := DefaultGeneralConfig().VerifyConfig(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []GeneralConfig{
+		{},                                  // no chunk size
+		{ChunkSize: 100},                    // not a multiple of 64
+		{ChunkSize: 4096, Fit: BestFit + 1}, // no such fit
+		{ChunkSize: 4096, MaxBytes: -1},
+	} {
+		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v, want ErrBadConfig", c, err)
+		}
+		if _, err := NewGeneral(nil, c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("NewGeneral(%+v): %v, want ErrBadConfig", c, err)
+		}
+	}
+}
+
 func TestRegionConfigVerify(t *testing.T) {
 	if err := DefaultRegionConfig().VerifyConfig(); err != nil {
 		t.Fatal(err)
