@@ -260,13 +260,20 @@ func TestBadSizes(t *testing.T) {
 			t.Errorf("General.Alloc(%d) = %v, want %v", n, err, want)
 		}
 	}
-	for _, c := range []CircularConfig{{}, {UnitSize: 100, InitialUnits: 1, MaxUnits: 1, Align: 8}, {UnitSize: 64, InitialUnits: 2, MaxUnits: 1, Align: 8}} {
+	for _, c := range []CircularConfig{{}, {UnitSize: 100, InitialUnits: 1, MaxUnits: 1, Align: 8}, {UnitSize: 64, InitialUnits: 2, MaxUnits: 1, Align: 8},
+		{UnitSize: 64, MaxUnits: 1, Align: 8}, {UnitSize: 64, InitialUnits: 1, MaxUnits: 1, Align: 8, Growth: Exponential + 1}} {
 		if _, err := NewCircular(z, c); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("NewCircular(%+v) = %v", c, err)
 		}
 	}
-	if _, err := NewZoneAllocator(reg, ZoneConfig{SuperchunkSize: 3 << 20, ChunkSize: 2 << 20}); !errors.Is(err, ErrBadConfig) {
-		t.Errorf("bad zone config accepted: %v", err)
+	for _, c := range []ZoneConfig{
+		{SuperchunkSize: 3 << 20, ChunkSize: 2 << 20}, // not a multiple
+		{SuperchunkSize: 3 << 20, ChunkSize: 3 << 20}, // not a power of two
+		{SuperchunkSize: 4 << 20, ChunkSize: 2 << 20, MaxBytes: -1},
+	} {
+		if _, err := NewZoneAllocator(reg, c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("bad zone config %+v accepted: %v", c, err)
+		}
 	}
 	zb, _ := NewZoneAllocator(reg, ZoneConfig{SuperchunkSize: 4 << 20, ChunkSize: 1 << 20, MaxBytes: 2 << 20, Region: RegionConfig{Ladder: []Rung{Small}}})
 	if _, err := zb.Alloc(3 << 20); !errors.Is(err, ErrExhausted) {

@@ -3,6 +3,7 @@ package dtutils
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 // TestConfigConventions: every Config of the package has its defaults and
@@ -21,7 +22,14 @@ func TestConfigConventions(t *testing.T) {
 		"signal every":      TransmitterConfig{SignalEvery: 10}.VerifyConfig(4),
 		"goroutines":        TransmitterConfig{MaxGoroutines: 1 << 20}.VerifyConfig(4),
 		"receive slots":     ProcessConfig{ReceiveSlots: 3, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
+		"call slots":        ProcessConfig{CallSlots: 3, ReceiveSlots: 4, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
+		"call bytes":        ProcessConfig{CallBytes: maxCallBytes + 1, ReceiveSlots: 4, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
+		"unsignaled":        ProcessConfig{ReceiveSlots: 4, MaxTransfer: 1}.VerifyConfig(),
+		"transfer":          ProcessConfig{ReceiveSlots: 4, MaxUnsignaled: 1, MaxTransfer: 1<<31 + 1}.VerifyConfig(),
 		"ofi message bytes": OFIConfig{MessageSize: 1}.withDefaults().VerifyConfig(),
+		"ofi receives":      OFIConfig{ReceiveBuffers: 1}.withDefaults().VerifyConfig(),
+		"ofi sends":         OFIConfig{SendBuffers: 1 << 17}.withDefaults().VerifyConfig(),
+		"ofi peer timeout":  OFIConfig{PeerTimeout: time.Millisecond}.withDefaults().VerifyConfig(),
 	} {
 		if !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%s: %v", name, err)

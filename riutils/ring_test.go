@@ -257,6 +257,8 @@ func TestConfigChecks(t *testing.T) {
 		{ChunkSize: 8192, ChunksPerAllocation: 9, MaxChunks: 8},
 		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 1},
 		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 4, Policy: 7},
+		{ChunkSize: 8192, ChunksPerAllocation: 1, MaxChunks: 4, MaxAsyncBytes: -1},
+		{ChunkSize: 2 << 30, ChunksPerAllocation: 1, MaxChunks: 4}, // past 1 GiB
 	} {
 		if err := c.VerifyConfig(); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%+v accepted: %v", c, err)
