@@ -15,7 +15,8 @@ var (
 	// ErrProtocol: a chunk holds bytes no correct sender writes; the
 	// messenger from that sender is stopped.
 	ErrProtocol = errors.New("riutils: protocol error")
-	// ErrBadConfig: a Config field is out of range.
+	// ErrBadConfig: a Config field is out of range, or a Poller was asked
+	// for a thread that has one already.
 	ErrBadConfig = errors.New("riutils: bad config")
 	// ErrNotBound: the Process is not bound to a started fabric yet.
 	ErrNotBound = errors.New("riutils: not bound to a fabric")

@@ -260,8 +260,8 @@ func TestPoller(t *testing.T) {
 			// Reported at the end: returning now would leave the
 			// senders' calls to thread 1 unserved until their deadline.
 			var second error
-			if _, err := m.p.NewPoller(1); err == nil {
-				second = errors.New("a second Poller for thread 1 was accepted")
+			if _, err := m.p.NewPoller(1); !errors.Is(err, ErrBadConfig) {
+				second = fmt.Errorf("a second Poller for thread 1: %v, want ErrBadConfig", err)
 			}
 			pctx, pcancel := context.WithCancel(ctx)
 			done := make(chan struct{})

@@ -39,7 +39,7 @@ func (p *Process) NewPoller(threads ...int) (*Poller, error) {
 			return nil, err
 		}
 		if m.delegated {
-			return nil, fmt.Errorf("riutils: thread %d already has a Poller", m.self)
+			return nil, fmt.Errorf("%w: thread %d already has a Poller", ErrBadConfig, m.self)
 		}
 		pl.ms = append(pl.ms, m)
 	}
