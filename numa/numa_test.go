@@ -166,8 +166,14 @@ func TestLoadFakeTrees(t *testing.T) {
 			t.Fatalf("got %+v, %v; want node 0 alone", topo, err)
 		}
 	})
-	if _, _, err := topo0(t).Place(Policy(9), 0); err == nil {
-		t.Error("unknown policy accepted")
+	if _, _, err := topo0(t).Place(Policy(9), 0); !errors.Is(err, ErrBadArgument) {
+		t.Errorf("unknown policy: %v, want ErrBadArgument", err)
+	}
+	if _, _, err := topo0(t).Place(Fill, -1); !errors.Is(err, ErrBadArgument) {
+		t.Errorf("negative worker index: %v, want ErrBadArgument", err)
+	}
+	if _, err := ParsePolicy("scatter"); !errors.Is(err, ErrBadArgument) {
+		t.Errorf("ParsePolicy(scatter): %v, want ErrBadArgument", err)
 	}
 	if p, err := ParsePolicy("Spread"); err != nil || p != Spread || p.String() != "spread" {
 		t.Errorf("ParsePolicy: %v %v", p, err)
@@ -227,9 +233,11 @@ func TestPinChangesAffinity(t *testing.T) {
 	if err := Pin(); !errors.Is(err, ErrNoCPUs) {
 		t.Errorf("Pin() = %v, want ErrNoCPUs", err)
 	}
-	if err := Pin(1 << 20); err == nil {
-		runtime.UnlockOSThread()
-		t.Errorf("Pin(huge CPU) succeeded")
+	if err := Pin(1 << 20); !errors.Is(err, ErrBadArgument) {
+		if err == nil {
+			runtime.UnlockOSThread()
+		}
+		t.Errorf("Pin(huge CPU): %v, want ErrBadArgument", err)
 	}
 }
 

@@ -17,7 +17,7 @@ func Pin(cpus ...int) error {
 	var set unix.CPUSet
 	for _, c := range cpus {
 		if c < 0 || c >= len(set)*64 {
-			return fmt.Errorf("numa: pin: CPU %d out of range", c)
+			return fmt.Errorf("%w: pin: CPU %d out of range", ErrBadArgument, c)
 		}
 		set.Set(c)
 	}

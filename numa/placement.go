@@ -34,7 +34,7 @@ func ParsePolicy(s string) (Policy, error) {
 	case "spread":
 		return Spread, nil
 	}
-	return 0, fmt.Errorf("numa: unknown placement policy %q (want fill or spread)", s)
+	return 0, fmt.Errorf("%w: unknown placement policy %q (want fill or spread)", ErrBadArgument, s)
 }
 
 // Place maps worker i (i ≥ 0) to a CPU and the node holding it. When there are
@@ -42,7 +42,7 @@ func ParsePolicy(s string) (Policy, error) {
 // rather than fail.
 func (t *Topology) Place(p Policy, i int) (cpu, node int, err error) {
 	if i < 0 {
-		return 0, 0, fmt.Errorf("numa: negative worker index %d", i)
+		return 0, 0, fmt.Errorf("%w: negative worker index %d", ErrBadArgument, i)
 	}
 	var withCPUs []Node
 	total := 0
@@ -68,7 +68,7 @@ func (t *Topology) Place(p Policy, i int) (cpu, node int, err error) {
 		n := withCPUs[i%len(withCPUs)]
 		return n.CPUs[(i/len(withCPUs))%len(n.CPUs)], n.ID, nil
 	default:
-		return 0, 0, fmt.Errorf("numa: unknown placement policy %v", p)
+		return 0, 0, fmt.Errorf("%w: unknown placement policy %v", ErrBadArgument, p)
 	}
 	panic("unreachable")
 }
