@@ -31,18 +31,27 @@ const demoDefaultVisits = 150000
 
 // DemoSummary is the result of one demo run (the JSON of -json).
 type DemoSummary struct {
-	Config           string       `json:"config"` // "seq" or PxT, e.g. "2x1"
-	Game             string       `json:"game"`   // hex or nim
-	Board            string       `json:"board"`  // e.g. "11x11"
-	Mode             string       `json:"mode"`
-	Transport        string       `json:"transport"`
-	VisitsPerMove    int          `json:"visits_per_move"`
-	VisitsPerMs      float64      `json:"visits_per_ms"`
-	SimulationsPerMs float64      `json:"simulations_per_ms"`
-	SearchMs         float64      `json:"search_ms"`
-	Moves            []string     `json:"moves"`
-	Winner           string       `json:"winner,omitempty"`
-	Threads          []ThreadWork `json:"threads"`
+	Config           string   `json:"config"` // "seq" or PxT, e.g. "2x1"
+	Game             string   `json:"game"`   // hex or nim
+	Board            string   `json:"board"`  // e.g. "11x11"
+	Mode             string   `json:"mode"`
+	Transport        string   `json:"transport"`
+	VisitsPerMove    int      `json:"visits_per_move"`
+	VisitsPerMs      float64  `json:"visits_per_ms"`
+	SimulationsPerMs float64  `json:"simulations_per_ms"`
+	SearchMs         float64  `json:"search_ms"`
+	Moves            []string `json:"moves"`
+	// PerMove is each move's search: what `scale` computes the rate
+	// past the first moves from (-warmup).
+	PerMove []MoveWork   `json:"per_move"`
+	Winner  string       `json:"winner,omitempty"`
+	Threads []ThreadWork `json:"threads"`
+}
+
+// MoveWork is one move's search.
+type MoveWork struct {
+	Ms          float64 `json:"ms"`
+	Simulations int     `json:"simulations"`
 }
 
 // ThreadWork is one worker thread's share of the work.
@@ -340,6 +349,7 @@ func runDemo(o demoOpts, stdout, stderr io.Writer) (*DemoSummary, error) {
 		}
 		visits, sims, elapsed = visits+r.Rollouts, sims+r.Simulations, elapsed+r.Elapsed
 		sum.Moves = append(sum.Moves, r.MoveName)
+		sum.PerMove = append(sum.PerMove, MoveWork{Ms: float64(r.Elapsed) / 1e6, Simulations: r.Simulations})
 		if !o.asJSON {
 			wr := 0.0
 			for _, c := range r.Children {

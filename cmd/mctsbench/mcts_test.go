@@ -162,12 +162,23 @@ func TestHTPTimeControl(t *testing.T) {
 	}
 }
 
+// TestSteadyRate: the rate past the warm-up moves, none when no move is
+// left.
+func TestSteadyRate(t *testing.T) {
+	moves := []MoveWork{{Ms: 10, Simulations: 1000}, {Ms: 5, Simulations: 1000}, {Ms: 5, Simulations: 1000}}
+	for warmup, want := range map[int]float64{0: 150, 1: 200, 3: 0, 9: 0} {
+		if got := steadyRate(moves, warmup); got != want {
+			t.Errorf("past %d moves: %v simulations/ms, want %v", warmup, got, want)
+		}
+	}
+}
+
 // TestScaleSmoke runs the scaling figure with tiny runs and checks the JSON
 // and the PNG.
 func TestScaleSmoke(t *testing.T) {
 	dir := t.TempDir()
 	pngPath := filepath.Join(dir, "scale.png")
-	o := scaleOpts{configs: []string{"seq", "1x1", "2x1"}, board: 5, visits: 300, moves: 2, reps: 1, mode: "trad", transport: "shm", seed: 1, png: pngPath}
+	o := scaleOpts{configs: []string{"seq", "1x1", "2x1"}, board: 5, visits: 300, moves: 3, warmup: 1, reps: 1, mode: "trad", transport: "shm", seed: 1, png: pngPath}
 	o.command = func(args []string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join(args, " "))
@@ -180,6 +191,14 @@ func TestScaleSmoke(t *testing.T) {
 	}
 	if len(rs) != 3 || rs[0].Config != "seq" || rs[0].VsSeq != 1 || rs[1].Vs1x1 != 1 || rs[2].SimulationsPerMs <= 0 {
 		t.Fatalf("results %+v", rs)
+	}
+	for _, r := range rs {
+		if r.SteadySimulationsPerMs <= 0 || r.Warmup != 1 {
+			t.Errorf("%s: steady figure %v past %d moves, want one past 1", r.Config, r.SteadySimulationsPerMs, r.Warmup)
+		}
+	}
+	if rs[0].SteadyVsSeq != 1 || rs[1].SteadyVs1x1 != 1 {
+		t.Errorf("steady ratios of the references: %v × seq, %v × 1x1; want 1", rs[0].SteadyVsSeq, rs[1].SteadyVs1x1)
 	}
 	if err := scaleChart(o, rs); err != nil {
 		t.Fatal(err)

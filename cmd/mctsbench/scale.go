@@ -29,12 +29,21 @@ type ScaleResult struct {
 	// in the same run: N independent sequential searches at once, what the
 	// machine gives N workers that never coordinate.
 	VsCeiling float64 `json:"vs_ceiling,omitempty"`
-	Reps      int     `json:"reps"`
+	// Steady* are the same figures over the moves after the first
+	// -warmup of each run (absent when a run has no more moves): a
+	// process's first moves grow its heap and its messengers' rings,
+	// page by page (about 10 µs a page fault on the development VM).
+	SteadySimulationsPerMs float64 `json:"steady_simulations_per_ms,omitempty"`
+	SteadyVsSeq            float64 `json:"steady_vs_seq,omitempty"`
+	SteadyVs1x1            float64 `json:"steady_vs_1x1,omitempty"`
+	Warmup                 int     `json:"warmup_moves,omitempty"`
+	Reps                   int     `json:"reps"`
 }
 
 type scaleOpts struct {
 	configs              []string
 	board, visits, moves int
+	warmup               int // moves left out of the steady figures
 	spread               int
 	noSteal              bool
 	reps                 int
@@ -73,7 +82,8 @@ func scale(args []string, stdout, stderr io.Writer) int {
 	configs := fs.String("configs", "seq,seq2,1x1,1x2,2x1", "comma-separated configurations: seq (no fabric), seqN (N sequential searches at once: the machine's ceiling for N workers) or PxT")
 	fs.IntVar(&o.board, "board", 11, "board side")
 	fs.IntVar(&o.visits, "visits", 40000, "rollouts per move")
-	fs.IntVar(&o.moves, "moves", 4, "moves searched per run, from the empty board")
+	fs.IntVar(&o.moves, "moves", 6, "moves searched per run, from the empty board")
+	fs.IntVar(&o.warmup, "warmup", 2, "first moves of each run left out of the steady_* figures (which need more moves than this)")
 	fs.IntVar(&o.spread, "spread", mcts.DefaultConfig().SpreadDepth, "mcts.Config.SpreadDepth of the distributed runs (0: the paper's uniform placement)")
 	fs.BoolVar(&o.noSteal, "no-steal", false, "no work stealing between processes in the distributed runs (mcts.Config.NoSteal)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions per configuration (median reported; configurations interleaved)")
@@ -92,8 +102,8 @@ func scale(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if o.reps < 1 || o.moves < 1 {
-		fmt.Fprintln(stderr, "mctsbench scale: -reps and -moves must be at least 1")
+	if o.reps < 1 || o.moves < 1 || o.warmup < 0 {
+		fmt.Fprintln(stderr, "mctsbench scale: -reps and -moves must be at least 1, -warmup at least 0")
 		return 2
 	}
 	o.command = func(args []string) *exec.Cmd {
@@ -123,6 +133,7 @@ func scale(args []string, stdout, stderr io.Writer) int {
 // over all of them.
 func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 	sims := make([][]float64, len(o.configs))
+	steady := make([][]float64, len(o.configs))
 	visits := make([][]float64, len(o.configs))
 	for rep := 0; rep < o.reps; rep++ {
 		for i, c := range o.configs {
@@ -141,23 +152,27 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 				args = append(args, "-seq")
 			}
 			fmt.Fprintf(progress, "scale: %s, repetition %d of %d\n", c, rep+1, o.reps)
-			ss, vs, err := runDemos(o, c, args, copies)
+			ss, st, vs, err := runDemos(o, c, args, copies)
 			if err != nil {
 				return nil, err
 			}
 			sims[i] = append(sims[i], ss)
+			steady[i] = append(steady[i], st)
 			visits[i] = append(visits[i], vs)
 		}
 	}
 	rs := make([]ScaleResult, len(o.configs))
-	var seqRate, oneRate float64
+	var seqRate, oneRate, seqSteady, oneSteady float64
 	for i, c := range o.configs {
 		rs[i] = ScaleResult{Config: c, SimulationsPerMs: median(sims[i]), VisitsPerMs: median(visits[i]), Reps: o.reps}
+		if o.moves > o.warmup {
+			rs[i].SteadySimulationsPerMs, rs[i].Warmup = median(steady[i]), o.warmup
+		}
 		switch c {
 		case "seq":
-			seqRate = rs[i].SimulationsPerMs
+			seqRate, seqSteady = rs[i].SimulationsPerMs, rs[i].SteadySimulationsPerMs
 		case "1x1":
-			oneRate = rs[i].SimulationsPerMs
+			oneRate, oneSteady = rs[i].SimulationsPerMs, rs[i].SteadySimulationsPerMs
 		}
 	}
 	for i := range rs {
@@ -166,6 +181,12 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 		}
 		if oneRate > 0 {
 			rs[i].Vs1x1 = rs[i].SimulationsPerMs / oneRate
+		}
+		if seqSteady > 0 {
+			rs[i].SteadyVsSeq = rs[i].SteadySimulationsPerMs / seqSteady
+		}
+		if oneSteady > 0 {
+			rs[i].SteadyVs1x1 = rs[i].SteadySimulationsPerMs / oneSteady
 		}
 		p, t, seq, _ := parseConfig(rs[i].Config)
 		if seq {
@@ -181,8 +202,9 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 }
 
 // runDemos runs copies of `mctsbench args...` at once (one for a PxT
-// configuration) and returns their summed simulations/ms and visits/ms.
-func runDemos(o scaleOpts, c string, args []string, copies int) (float64, float64, error) {
+// configuration) and returns their summed simulations/ms, the same past
+// the first o.warmup moves (0 without more moves), and visits/ms.
+func runDemos(o scaleOpts, c string, args []string, copies int) (sims, steady, visits float64, err error) {
 	type res struct {
 		s   DemoSummary
 		err error
@@ -210,7 +232,6 @@ func runDemos(o scaleOpts, c string, args []string, copies int) (float64, float6
 	if copies > 1 || strings.HasPrefix(c, "seq") {
 		want = "seq"
 	}
-	var sims, visits float64
 	var errs []error
 	for k := 0; k < copies; k++ {
 		r := <-ch
@@ -221,10 +242,26 @@ func runDemos(o scaleOpts, c string, args []string, copies int) (float64, float6
 			errs = append(errs, fmt.Errorf("%s: summary of %q with %v simulations/ms", c, r.s.Config, r.s.SimulationsPerMs))
 		default:
 			sims += r.s.SimulationsPerMs
+			steady += steadyRate(r.s.PerMove, o.warmup)
 			visits += r.s.VisitsPerMs
 		}
 	}
-	return sims, visits, errors.Join(errs...)
+	return sims, steady, visits, errors.Join(errs...)
+}
+
+// steadyRate is the simulations/ms of the moves after the first warmup;
+// 0 when there are none.
+func steadyRate(moves []MoveWork, warmup int) float64 {
+	var ms float64
+	sims := 0
+	for _, m := range moves[min(warmup, len(moves)):] {
+		ms += m.Ms
+		sims += m.Simulations
+	}
+	if ms <= 0 {
+		return 0
+	}
+	return float64(sims) / ms
 }
 
 func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
@@ -236,9 +273,9 @@ func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t× seqN\t")
+	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t× seqN\tsteady/ms\tsteady × 1x1\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, ratioOrDash(r.VsSeq), ratioOrDash(r.Vs1x1), ratioOrDash(r.VsCeiling))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t%.0f\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, ratioOrDash(r.VsSeq), ratioOrDash(r.Vs1x1), ratioOrDash(r.VsCeiling), r.SteadySimulationsPerMs, ratioOrDash(r.SteadyVs1x1))
 	}
 	tw.Flush()
 }
