@@ -224,9 +224,9 @@ func (p *Process) callEngine() {
 	}
 }
 
-// stopCallEngine stops the engine before the memory it reads goes away.
+// stopCallEngine stops the engine before the memory it reads goes away
+// (Close, once, with closing set).
 func (p *Process) stopCallEngine() {
-	p.closing.Store(true)
 	if p.callDone == nil {
 		return
 	}

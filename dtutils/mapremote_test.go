@@ -86,6 +86,26 @@ func TestMapRemote(t *testing.T) {
 	}
 }
 
+// TestProcessCloseTwice: a second Close of a process whose call engine
+// runs does nothing. It rang the engine's bell again, in memory the first
+// Close had unmapped, and faulted (found by an rdmo test that closed its
+// target before the harness did).
+func TestProcessCloseTwice(t *testing.T) {
+	p, err := NewProcess(DefaultProcessConfig(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetOperator(func(src uint32, req, reply []byte) int { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("a second Close: %v, want nothing done", err)
+	}
+}
+
 // TestHoldKeepsMemoryMapped: a Hold keeps the process's memory and the
 // peers' memory mapped past the provider's and the process's Close, so
 // that an endpoint still holding slices of it reads instead of faulting;

@@ -278,9 +278,14 @@ func (p *Process) WakeRecv() { p.rcq.wake() }
 // last release unmaps it: endpoints that still hold slices of it (package
 // shuffle's) then fail with an error instead of faulting. Close returns
 // the registry's error when it unmapped the memory itself, nil when it
-// left that to a release.
+// left that to a release. A second Close does nothing.
 func (p *Process) Close() error {
-	p.stopCallEngine() // sets closing: no Hold succeeds after this
+	if p.closing.Swap(true) {
+		// The call engine's bell is in memory the first Close unmapped:
+		// ringing it again faulted.
+		return nil
+	}
+	p.stopCallEngine() // no Hold succeeds after closing is set
 	if p.deferWhileHeld(func() { p.reg.Close() }) {
 		return nil // the last release unmaps (its error has no caller)
 	}

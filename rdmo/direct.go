@@ -37,8 +37,26 @@ type validWord struct {
 // which writes its own (never reused) id there.
 type validTable struct {
 	regions []*alloc.Region
+	gone    []bool // regions released (the process closing): no more stores there
 	free    []int
 	n       int
+}
+
+// release marks region id gone if it holds revocation words, and reports
+// whether it did: its words are neither cleared nor handed out again.
+func (t *validTable) release(id uint32) bool {
+	const perChunk = validChunk / 8
+	for k, r := range t.regions {
+		if r.ID() == id {
+			t.gone[k] = true
+			t.free = slices.DeleteFunc(t.free, func(i int) bool { return i/perChunk == k })
+			if k == len(t.regions)-1 {
+				t.n = len(t.regions) * perChunk // the next word needs a region of its own
+			}
+			return true
+		}
+	}
+	return false
 }
 
 func (t *validTable) take(reg *alloc.Registry, id uint64) (validWord, error) {
@@ -53,6 +71,7 @@ func (t *validTable) take(reg *alloc.Registry, id uint64) (validWord, error) {
 				return validWord{}, err
 			}
 			t.regions = append(t.regions, r)
+			t.gone = append(t.gone, false)
 		}
 		i = t.n
 		t.n++
@@ -71,7 +90,7 @@ func (t *validTable) take(reg *alloc.Registry, id uint64) (validWord, error) {
 // give clears v, so that direct initiators refuse its instance, and
 // returns it to the table.
 func (t *validTable) give(v validWord) {
-	if v.w == nil {
+	if v.w == nil || t.gone[(v.idx-1)/(validChunk/8)] {
 		return
 	}
 	v.w.Store(0)

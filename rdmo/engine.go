@@ -96,8 +96,20 @@ type instance struct {
 	secret  uint64
 	mem     []byte
 	loc     alloc.Locator // mem's, for direct initiators
+	region  uint32        // mem's region in the engine's registry
 	revoked atomic.Bool
-	valid   validWord // direct mode's revocation word (zero without it)
+	running atomic.Int32 // RDMOs the engine runs on it now
+	valid   validWord    // direct mode's revocation word (zero without it)
+}
+
+// quiesce waits until no RDMO the engine started runs on in; in is
+// revoked, so none starts after (run counts itself in before it looks).
+// Each stops within its method's bounded cost.
+func (in *instance) quiesce() {
+	var b dtutils.Backoff
+	for in.running.Load() != 0 {
+		b.Wait()
+	}
 }
 
 // Engine runs RDMOs on a process's memory. It is the process's dtutils
@@ -107,6 +119,7 @@ type instance struct {
 // (ProcessConfig.CallSlots), which refuses an RDMO beyond it (ErrBusy).
 type Engine struct {
 	proc   *dtutils.Process
+	unhook func() // the registry's release hook
 	cfg    EngineConfig
 	mu     sync.Mutex // creation, revocation words
 	types  typeSet
@@ -128,7 +141,42 @@ func NewEngine(proc *dtutils.Process, cfg EngineConfig) (*Engine, error) {
 	if err := proc.SetOperator(e.serve); err != nil {
 		return nil, fmt.Errorf("rdmo: %w", err)
 	}
+	e.unhook = proc.Registry().OnRelease(e.released)
 	return e, nil
+}
+
+// released revokes the instances over a region being released (the
+// registry calls it before unmapping the memory) and waits for the RDMOs
+// running on them: an owner that releases instance memory without Revoke
+// makes later RDMOs fail with CodeBadCapability rather than fault the
+// process.
+func (e *Engine) released(region uint32) {
+	e.mu.Lock()
+	words := e.valid.release(region)
+	e.mu.Unlock()
+	if words {
+		return // revocation words: no instance lives there
+	}
+	e.inst.Range(func(id uint64, in *instance) bool {
+		if in.region == region {
+			e.withdraw(id, in)
+		}
+		return true
+	})
+}
+
+// withdraw revokes in (unless someone has), waits until no RDMO runs on
+// it, and gives its revocation word back.
+func (e *Engine) withdraw(id uint64, in *instance) bool {
+	if in.revoked.Swap(true) {
+		return false
+	}
+	e.inst.Delete(id)
+	in.quiesce()
+	e.mu.Lock()
+	e.valid.give(in.valid)
+	e.mu.Unlock()
+	return true
 }
 
 // Register adds a type. A method is refused when its bounds do not fit the
@@ -197,7 +245,7 @@ func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
 	var s [8]byte
 	rand.Read(s[:])
 	e.nextID++
-	in := &instance{typ: t, id: e.nextID, secret: binary.LittleEndian.Uint64(s[:]), mem: b, loc: mem.Locator()}
+	in := &instance{typ: t, id: e.nextID, secret: binary.LittleEndian.Uint64(s[:]), mem: b, loc: mem.Locator(), region: r.ID()}
 	if e.cfg.Direct {
 		var err error
 		if in.valid, err = e.valid.take(e.proc.Registry(), in.id); err != nil {
@@ -209,34 +257,31 @@ func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
 }
 
 // Revoke withdraws a capability: RDMOs that arrive after it get
-// CodeBadCapability (one already running finishes). The memory is the
-// caller's again once Revoke returns and running RDMOs are done (at most
-// the method's bounded service time).
+// CodeBadCapability. It returns once the RDMOs the engine was running on
+// the instance have finished (each within its method's bounded cost), so
+// the memory is the caller's again then; a direct initiator that read the
+// revocation word before it changed may still finish its method on it
+// (see ClientConfig.Direct). Releasing the instance's memory revokes it
+// the same way.
 func (e *Engine) Revoke(c Capability) error {
 	in, ok := e.inst.Load(c.ID)
-	if !ok || c.Process != e.proc.Rank() || !sameSecret(in.secret, c.Secret) || in.revoked.Swap(true) {
+	if !ok || c.Process != e.proc.Rank() || !sameSecret(in.secret, c.Secret) || !e.withdraw(c.ID, in) {
 		return fmt.Errorf("%w: revoke of capability %d", ErrBadCapability, c.ID)
 	}
-	e.inst.Delete(c.ID)
-	e.mu.Lock()
-	e.valid.give(in.valid)
-	e.mu.Unlock()
 	return nil
 }
 
 // Close makes the engine refuse every RDMO (CodeBadCapability): the
 // process's Operator stays installed, as dtutils allows one per process.
 func (e *Engine) Close() error {
-	e.closed.Store(true)
-	e.mu.Lock()
-	e.inst.Range(func(_ uint64, in *instance) bool {
-		if !in.revoked.Swap(true) { // Revoke gives its own
-			e.valid.give(in.valid)
-		}
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.unhook()
+	e.inst.Range(func(id uint64, in *instance) bool {
+		e.withdraw(id, in)
 		return true
 	})
-	e.mu.Unlock()
-	e.inst.Clear()
 	return nil
 }
 
@@ -259,7 +304,14 @@ func (e *Engine) run(req, out []byte) (code Code, n int) {
 		return CodeMalformed, 0
 	}
 	in, ok := e.inst.Load(r.id)
-	if !ok || in.revoked.Load() || e.closed.Load() || !sameSecret(in.secret, r.secret) {
+	if !ok || !sameSecret(in.secret, r.secret) {
+		return CodeBadCapability, 0
+	}
+	// Counted in before the revocation is looked at: a withdraw that
+	// revokes after this look waits for this RDMO to finish.
+	in.running.Add(1)
+	defer in.running.Add(-1)
+	if in.revoked.Load() || e.closed.Load() {
 		return CodeBadCapability, 0
 	}
 	if r.method == methodDescribe {

@@ -153,6 +153,92 @@ func TestSection3_1_Failures(t *testing.T) {
 	})
 }
 
+// TestRevokeWaitsForRunning (§3.1, revocation): Revoke returns only once
+// the RDMO the engine is running on the instance has finished, so the
+// memory is the owner's when it returns; memory released without Revoke
+// revokes its instances the same way, and later RDMOs are refused with
+// CodeBadCapability instead of running on unmapped memory. The engine's
+// Close after its process's (whose registry released the revocation words
+// first) touches none of them. The test type's methods are not Direct:
+// with direct mode too they run at the engine, and its instances have
+// revocation words.
+func TestRevokeWaitsForRunning(t *testing.T) {
+	forTransports(t, func(t *testing.T, tr testTransport) {
+		w := newWorld(t, tr, worldConfig{})
+		ctx := testCtx(t)
+		release, entered := make(chan struct{}), make(chan struct{}, 4)
+		if err := w.engine.Register(testType(release, entered)); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := w.instance(t, 0, 64)
+		good := w.create(t, "test", m)
+		c := w.initiator[0].client
+		held := make(chan error, 1)
+		go func() {
+			code, _, err := c.Do(ctx, good, 4, nil)
+			if err == nil && code != OK {
+				err = fmt.Errorf("code %v", code)
+			}
+			held <- err
+		}()
+		<-entered
+		revoked := make(chan error, 1)
+		go func() { revoked <- w.engine.Revoke(good) }()
+		select {
+		case err := <-revoked:
+			close(release)
+			t.Fatalf("Revoke returned (%v) while an RDMO still ran on the instance", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(release)
+		if err := <-revoked; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-held; err != nil {
+			t.Errorf("the RDMO admitted before the revocation: %v", err)
+		}
+
+		r, err := w.target.Registry().NewRegion(4096, alloc.RegionConfig{Name: "released-instance"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, _ := r.Memory(0, 64)
+		other := w.create(t, "test", m2)
+		if code, _, err := c.Do(ctx, other, 0, []byte("x")); code != OK || err != nil {
+			t.Fatalf("echo before the release: %v %v", code, err)
+		}
+		if err := w.target.Registry().Release(r); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, err := c.Do(ctx, other, 0, []byte("x")); code != CodeBadCapability || !errors.Is(err, ErrBadCapability) {
+			t.Errorf("an RDMO on released memory: %v %v, want CodeBadCapability", code, err)
+		}
+		if err := w.engine.Revoke(other); !errors.Is(err, ErrBadCapability) {
+			t.Errorf("Revoke after the release: %v, want ErrBadCapability (the release revoked it)", err)
+		}
+
+		last, _ := w.instance(t, 64, 64)
+		w.create(t, "test", last)
+		if tr.direct {
+			// A closing process releases its regions in any order: here
+			// the revocation words go first, then the instance's memory.
+			w.engine.mu.Lock()
+			words := w.engine.valid.regions[0]
+			w.engine.mu.Unlock()
+			if err := w.target.Registry().Release(words); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.tprov.Close()
+		if err := w.target.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.engine.Close(); err != nil {
+			t.Errorf("the engine's Close after its process's: %v", err)
+		}
+	})
+}
+
 func TestNoEngine(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
 		w := newWorld(t, tr, worldConfig{noEngine: true})
