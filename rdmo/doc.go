@@ -12,7 +12,11 @@
 // process, an instance id and a random 64-bit secret). The owner hands the
 // capability to whoever may use the instance (through any higher-level
 // facility: a dsfabric or riutils call carrying MarshalBinary's bytes) and
-// may Revoke it at any time. An initiator's Client runs
+// may Revoke it at any time: Revoke returns once the RDMOs the engine was
+// running on the instance have finished, and the memory is the owner's
+// again; releasing the memory revokes the instance the same way, so later
+// RDMOs are refused rather than run on unmapped memory. An initiator's
+// Client runs
 //
 //	code, output, err := client.Do(ctx, capability, method, input)
 //
@@ -109,8 +113,8 @@
 // The price is isolation: a direct initiator holds the key of the
 // instance's whole region, so the capability no longer confines it; enable
 // it among processes that trust each other. A direct method that passed
-// the revocation check finishes even if Revoke comes meanwhile, as one
-// already running at the engine does, but on the initiator's time: an
+// the revocation check finishes even if Revoke comes meanwhile (Revoke
+// waits only for the engine's own runs), on the initiator's time: an
 // initiator descheduled mid-method finishes later than the method's cost
 // suggests. Start in direct mode runs the method at once and queues its
 // Result for Poll.
