@@ -533,6 +533,16 @@ func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, P
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		// Closing again does nothing, on every transport alike.
+		if err := b.qp.Close(); err != nil {
+			t.Errorf("a second queue pair Close: %v", err)
+		}
+		if err := b.prov.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.prov.Close(); err != nil {
+			t.Errorf("a second provider Close: %v", err)
+		}
 	})
 }
 

@@ -139,7 +139,9 @@ func (p *tcpProvider) NewQueuePair() (QueuePair, error) {
 }
 
 func (p *tcpProvider) Close() error {
-	p.closed.Store(true)
+	if p.closed.Swap(true) {
+		return nil // as the other providers: the listener's error once
+	}
 	err := p.ln.Close()
 	p.mu.Lock()
 	qps := make([]*tcpQP, 0, len(p.qps))
