@@ -614,6 +614,9 @@ func TestUseAfterClose(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("rank %d: the calls after Close took %v to refuse", f.Rank(), d)
 			}
+			if err := f.Close(); err != nil {
+				t.Errorf("rank %d: a second Close: %v", f.Rank(), err)
+			}
 		})
 	}
 }
