@@ -86,8 +86,8 @@ func alive(pid int) bool {
 
 // overlapWriter records how many Writes ever ran at once.
 type overlapWriter struct {
-	in, most atomic.Int32
-	lines    atomic.Int64
+	in, most, waits atomic.Int32
+	lines           atomic.Int64
 }
 
 func (w *overlapWriter) Write(p []byte) (int, error) {
@@ -96,7 +96,16 @@ func (w *overlapWriter) Write(p []byte) (int, error) {
 	for m := w.most.Load(); n > m && !w.most.CompareAndSwap(m, n); m = w.most.Load() {
 	}
 	w.lines.Add(int64(bytes.Count(p, []byte("\n"))))
-	time.Sleep(100 * time.Microsecond) // widen the window another writer could enter
+	// Widen the window another writer could enter: the first writes
+	// wait up to 20 ms for one, so that an unserialised copy overlaps
+	// even on a loaded machine, where a sleep of 100 µs alone let it
+	// through (make mutate, dsfabric-locked-writer, once in many runs).
+	if w.waits.Add(1) <= 20 {
+		for end := time.Now().Add(20 * time.Millisecond); w.in.Load() < 2 && time.Now().Before(end); {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	time.Sleep(100 * time.Microsecond)
 	return len(p), nil
 }
 
