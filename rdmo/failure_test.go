@@ -67,16 +67,24 @@ func testType(release <-chan struct{}, entered chan<- struct{}) Type {
 	}}
 }
 
+// testInstance registers testType on w's engine and creates an instance
+// of it at the start of w's memory: its capability, and the channels of
+// its hold method.
+func testInstance(t *testing.T, w *world) (good Capability, release, entered chan struct{}) {
+	t.Helper()
+	release, entered = make(chan struct{}), make(chan struct{}, 4)
+	if err := w.engine.Register(testType(release, entered)); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := w.instance(t, 0, 64)
+	return w.create(t, "test", m), release, entered
+}
+
 func TestSection3_1_Failures(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
 		w := newWorld(t, tr, worldConfig{initiators: 3, procCfg: func(c *dtutils.ProcessConfig) { c.CallSlots = 2 }})
 		ctx := testCtx(t)
-		release, entered := make(chan struct{}), make(chan struct{}, 4)
-		if err := w.engine.Register(testType(release, entered)); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := w.instance(t, 0, 64)
-		good := w.create(t, "test", m)
+		good, release, entered := testInstance(t, w)
 		c := w.initiator[0].client
 		check := func(what string, cp Capability, method uint16, in []byte, wantCode Code, wantErr error) {
 			t.Helper()
@@ -166,12 +174,7 @@ func TestRevokeWaitsForRunning(t *testing.T) {
 	forTransports(t, func(t *testing.T, tr testTransport) {
 		w := newWorld(t, tr, worldConfig{})
 		ctx := testCtx(t)
-		release, entered := make(chan struct{}), make(chan struct{}, 4)
-		if err := w.engine.Register(testType(release, entered)); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := w.instance(t, 0, 64)
-		good := w.create(t, "test", m)
+		good, release, entered := testInstance(t, w)
 		c := w.initiator[0].client
 		held := make(chan error, 1)
 		go func() {
