@@ -22,8 +22,12 @@ import (
 // goroutine after checking that word, which the engine clears when the
 // capability is revoked or the engine closes.
 
-// validChunk is the size of each region of revocation words.
-const validChunk = 4096
+// validChunk is the size of each region of revocation words, which
+// holds perChunk of them.
+const (
+	validChunk = 4096
+	perChunk   = validChunk / 8
+)
 
 // validWord is one instance's revocation word: its id while valid.
 type validWord struct {
@@ -45,7 +49,6 @@ type validTable struct {
 // release marks region id gone if it holds revocation words, and reports
 // whether it did: its words are neither cleared nor handed out again.
 func (t *validTable) release(id uint32) bool {
-	const perChunk = validChunk / 8
 	for k, r := range t.regions {
 		if r.ID() == id {
 			t.gone[k] = true
@@ -60,7 +63,6 @@ func (t *validTable) release(id uint32) bool {
 }
 
 func (t *validTable) take(reg *alloc.Registry, id uint64) (validWord, error) {
-	const perChunk = validChunk / 8
 	var i int
 	if k := len(t.free); k > 0 {
 		i, t.free = t.free[k-1], t.free[:k-1]
@@ -90,7 +92,7 @@ func (t *validTable) take(reg *alloc.Registry, id uint64) (validWord, error) {
 // give clears v, so that direct initiators refuse its instance, and
 // returns it to the table.
 func (t *validTable) give(v validWord) {
-	if v.w == nil || t.gone[(v.idx-1)/(validChunk/8)] {
+	if v.w == nil || t.gone[(v.idx-1)/perChunk] {
 		return
 	}
 	v.w.Store(0)

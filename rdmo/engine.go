@@ -96,7 +96,6 @@ type instance struct {
 	secret  uint64
 	mem     []byte
 	loc     alloc.Locator // mem's, for direct initiators
-	region  uint32        // mem's region in the engine's registry
 	revoked atomic.Bool
 	running atomic.Int32 // RDMOs the engine runs on it now
 	valid   validWord    // direct mode's revocation word (zero without it)
@@ -158,7 +157,7 @@ func (e *Engine) released(region uint32) {
 		return // revocation words: no instance lives there
 	}
 	e.inst.Range(func(id uint64, in *instance) bool {
-		if in.region == region {
+		if in.loc.Region == region {
 			e.withdraw(id, in)
 		}
 		return true
@@ -245,7 +244,7 @@ func (e *Engine) Create(typeName string, mem alloc.Memory) (Capability, error) {
 	var s [8]byte
 	rand.Read(s[:])
 	e.nextID++
-	in := &instance{typ: t, id: e.nextID, secret: binary.LittleEndian.Uint64(s[:]), mem: b, loc: mem.Locator(), region: r.ID()}
+	in := &instance{typ: t, id: e.nextID, secret: binary.LittleEndian.Uint64(s[:]), mem: b, loc: mem.Locator()}
 	if e.cfg.Direct {
 		var err error
 		if in.valid, err = e.valid.take(e.proc.Registry(), in.id); err != nil {

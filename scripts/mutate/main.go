@@ -1397,7 +1397,7 @@ var mutations = []mutation{
 		Old: "\te.unhook = proc.Registry().OnRelease(e.released)\n", New: "\te.unhook = func() {}\n"},
 	{Name: "rdmo-gone-words-cleared", Focus: "TestRevokeWaitsForRunning", Rule: "revocation words in a released region are not written",
 		File: "rdmo/direct.go", Pkg: "./rdmo",
-		Old: "\tif v.w == nil || t.gone[(v.idx-1)/(validChunk/8)] {", New: "\tif v.w == nil {"},
+		Old: "\tif v.w == nil || t.gone[(v.idx-1)/perChunk] {", New: "\tif v.w == nil {"},
 	{Name: "dtutils-process-close-twice", Focus: "TestProcessCloseTwice", Rule: "a second Process.Close does nothing",
 		File: "dtutils/process.go", Pkg: "./dtutils",
 		Old: "\tif p.closing.Swap(true) {\n\t\t// The call engine's bell is in memory the first Close unmapped:\n\t\t// ringing it again faulted.\n\t\treturn nil\n\t}\n", New: "\tp.closing.Store(true)\n"},
