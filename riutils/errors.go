@@ -23,6 +23,12 @@ var (
 	// ErrClosed: the messengers were shut down, or their fabric closed,
 	// or a Synchronizer or RemoteObject given to a call was closed.
 	ErrClosed = errors.New("riutils: closed")
+	// ErrKept: Shutdown was asked of a messenger whose destination still
+	// has calls kept by RetryAsync or an Aggregator; flush them first.
+	ErrKept = errors.New("riutils: calls still kept")
+	// ErrNoMessenger: RequestShutdown named a thread that has no open
+	// messenger to this one.
+	ErrNoMessenger = errors.New("riutils: no messenger")
 )
 
 // errSyncClosed is what a call or Wait given a closed Synchronizer

@@ -351,5 +351,5 @@ func (m *Messengers) RequestShutdown(src dsfabric.ThreadID) error {
 			return r.feedback(r.consumed | fbRequest)
 		}
 	}
-	return fmt.Errorf("riutils: no messenger from thread %d to thread %d", src, m.self)
+	return fmt.Errorf("%w from thread %d to thread %d", ErrNoMessenger, src, m.self)
 }

@@ -328,7 +328,7 @@ func (m *Messengers) Shutdown(ctx context.Context, dst dsfabric.ThreadID) error 
 		return errFabricClosed
 	}
 	if n := m.keeper.kept(dst); n > 0 {
-		return fmt.Errorf("riutils: %d bytes kept for thread %d: Flush before Shutdown", n, dst)
+		return fmt.Errorf("%w: %d bytes for thread %d: Flush before Shutdown", ErrKept, n, dst)
 	}
 	if err := m.ownContext(ctx, s); err != nil {
 		return err
