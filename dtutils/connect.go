@@ -2,6 +2,7 @@ package dtutils
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -11,7 +12,7 @@ import (
 // deadlock two processes wiring to each other.
 func ConnectAll(qps []QueuePair, remote [][]byte) error {
 	if len(qps) != len(remote) {
-		return errors.New("dtutils: ConnectAll needs one remote endpoint per queue pair")
+		return fmt.Errorf("%w: ConnectAll got %d queue pairs and %d remote endpoints (it needs one per queue pair)", ErrBadEndpoint, len(qps), len(remote))
 	}
 	errs := make([]error, len(qps))
 	var wg sync.WaitGroup

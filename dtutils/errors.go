@@ -25,12 +25,13 @@ var (
 	// local buffer size, too large, ...). Nothing was posted.
 	ErrBadRequest = errors.New("dtutils: bad work request")
 	// ErrBadEndpoint: endpoint bytes from a peer are malformed or belong to
-	// another transport.
+	// another transport, or ConnectAll was given a different number of
+	// endpoints than queue pairs.
 	ErrBadEndpoint = errors.New("dtutils: bad endpoint")
 	// ErrQueueFull: the shared receive queue has no room for another receive.
 	ErrQueueFull = errors.New("dtutils: receive queue full")
-	// ErrBadFrame: a tcp frame from the peer is malformed; the connection is
-	// dropped.
+	// ErrBadFrame: a tcp frame from the peer is malformed (the connection
+	// is dropped), or a completion carries a status no transport writes.
 	ErrBadFrame = errors.New("dtutils: malformed frame")
 	// ErrOFIUnavailable: the build has no libfabric provider (build with
 	// -tags ofi), or libfabric found no provider matching the configuration.

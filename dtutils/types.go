@@ -77,7 +77,7 @@ func (s Status) Err() error {
 	if s < numStatus {
 		return statusErrs[s]
 	}
-	return fmt.Errorf("dtutils: unknown status %d", uint8(s))
+	return fmt.Errorf("%w: unknown status %d", ErrBadFrame, uint8(s))
 }
 
 func (s Status) String() string {

@@ -131,3 +131,19 @@ func TestCallAreaChecked(t *testing.T) {
 		t.Errorf("call area with a free ring of 2 cells for 4 slots: %v, want ErrBadEndpoint", err)
 	}
 }
+
+// TestMisuseErrors: a mismatched ConnectAll and a completion status no
+// transport writes are refused with sentinels a caller can test for.
+func TestMisuseErrors(t *testing.T) {
+	if err := ConnectAll(make([]QueuePair, 2), make([][]byte, 1)); !errors.Is(err, ErrBadEndpoint) {
+		t.Errorf("ConnectAll of 2 queue pairs to 1 endpoint: %v, want ErrBadEndpoint", err)
+	}
+	for s := StatusSuccess; s < numStatus; s++ {
+		if err := s.Err(); (err == nil) != (s == StatusSuccess) || errors.Is(err, ErrBadFrame) {
+			t.Errorf("status %v: Err() = %v", s, err)
+		}
+	}
+	if err := numStatus.Err(); !errors.Is(err, ErrBadFrame) {
+		t.Errorf("an unknown status: Err() = %v, want ErrBadFrame", err)
+	}
+}
