@@ -1404,6 +1404,15 @@ var mutations = []mutation{
 	{Name: "tcp-provider-close-twice", Focus: "TestTransportSuite", Rule: "a second Close of a tcp provider does nothing, as the other providers' does",
 		File: "dtutils/tcp.go", Pkg: "./dtutils",
 		Old: "\tif p.closed.Swap(true) {\n\t\treturn nil // as the other providers", New: "\tif false && p.closed.Swap(true) {\n\t\treturn nil // as the other providers"},
+	{Name: "riutils-request-shutdown-unknown-ok", Focus: "TestShutdownHandshake", Rule: "RequestShutdown for a thread with no messenger here is refused (ErrNoMessenger), not a silent success",
+		File: "riutils/recv.go", Pkg: "./riutils",
+		Old: "return fmt.Errorf(\"%w from thread %d to thread %d\", ErrNoMessenger, src, m.self)", New: "return nil"},
+	{Name: "dtutils-connectall-mismatch", Focus: "TestMisuseErrors", Rule: "ConnectAll refuses a different number of endpoints than queue pairs (ErrBadEndpoint)",
+		File: "dtutils/connect.go", Pkg: "./dtutils",
+		Old: "\tif len(qps) != len(remote) {", New: "\tif false && len(qps) != len(remote) {"},
+	{Name: "dtutils-unknown-status-nil", Focus: "TestMisuseErrors", Rule: "a completion status no transport writes is an error (ErrBadFrame), not success",
+		File: "dtutils/types.go", Pkg: "./dtutils",
+		Old: "return fmt.Errorf(\"%w: unknown status %d\", ErrBadFrame, uint8(s))", New: "return nil"},
 }
 
 func main() {
