@@ -66,3 +66,65 @@ func TestActionsNamingNothing(t *testing.T) {
 		t.Errorf("a well-formed backprop after them: slot %+v, up %d, dirty %v", s, n.upN, n.dirty)
 	}
 }
+
+// TestBusyNodePostponed: an action on a node another thread of the
+// process holds (descend, created, backprop) is neither waited for nor
+// lost: it is put off to the thread's next round, counts as no work
+// (so the thread's idle accounting and back-off see a wait), and is done
+// there once the node is free.
+func TestBusyNodePostponed(t *testing.T) {
+	d := &Distributed{all: 2, threads: 2, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d.cfg.Playouts, d.cfg.C = 1, 1
+	for i := range 2 {
+		d.workers = append(d.workers, &worker{d: d, id: dsfabric.ThreadID(i), rng: rand.New(rand.NewPCG(1, uint64(i)))})
+	}
+	w := d.workers[0]
+	const e = 1
+	n := &node{state: stubState{}, parent: ref{owner: 1, idx: 7}, winner: -1, listed: true, slots: make([]slot, 2)}
+	at, ok := w.add(0, e, n)
+	if !ok {
+		t.Fatal("the arena refused a node")
+	}
+	acts := []action{
+		backpropCall(e, at.idx, 0, 1, 2, 1),
+		createdCall(e, at.idx, 1, ref{owner: 1, idx: 0}),
+		descendCall(e, at.idx, 3),
+	}
+	n.mu.Lock() // another thread holds the node
+	for i := range acts {
+		acts[i].owner = 0
+		a := acts[i]
+		if w.do(&a) {
+			t.Errorf("%s on a held node counted as work done", kindNames[a.kind])
+		}
+	}
+	if len(w.later) != len(acts) {
+		t.Fatalf("%d actions postponed, want %d", len(w.later), len(acts))
+	}
+	for i, s := range n.slots {
+		if s != (slot{}) {
+			t.Errorf("slot %d changed while its node was held: %+v", i, s)
+		}
+	}
+	if n.visits != 0 || n.upN != 0 || n.dirty {
+		t.Errorf("node changed while held: visits %d, up %d, dirty %v", n.visits, n.upN, n.dirty)
+	}
+	n.mu.Unlock()
+	w.resume()
+	if len(w.later) != 0 || len(w.todo) != len(acts) {
+		t.Fatalf("after resume: todo %d, later %d; want %d, 0", len(w.todo), len(w.later), len(acts))
+	}
+	w.runTodo()
+	if len(w.later) != 0 {
+		t.Errorf("%d actions postponed again with the node free", len(w.later))
+	}
+	if s := n.slots[0]; s.wins != 1 || s.done != 2 || n.upN != 2 || !n.dirty {
+		t.Errorf("the postponed backprop: slot %+v, up %d, dirty %v", s, n.upN, n.dirty)
+	}
+	if s := n.slots[1]; !s.created || s.child != (ref{owner: 1, idx: 0}) {
+		t.Errorf("the postponed created: slot %+v", s)
+	}
+	if n.visits != 3 {
+		t.Errorf("the postponed descend of 3 rollouts: node visits %d", n.visits)
+	}
+}

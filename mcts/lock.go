@@ -89,6 +89,12 @@ func (s soloLocks) lock(m *spinMutex) {
 	}
 }
 
+// tryLock locks m if it is free (always, in a process of one thread) and
+// reports whether it did.
+func (s soloLocks) tryLock(m *spinMutex) bool {
+	return bool(s) || m.TryLock()
+}
+
 func (s soloLocks) unlock(m *spinMutex) {
 	if !s {
 		m.Unlock()
