@@ -501,19 +501,13 @@ func (w *worker) do(a *action) bool {
 		}
 		return true
 	case kindDescend:
-		k := len(w.later)
-		w.descend(a)
-		return len(w.later) == k // a postponed action is not work done
+		return w.descend(a)
 	case kindCreate:
 		w.create(a)
 	case kindCreated:
-		k := len(w.later)
-		w.created(a)
-		return len(w.later) == k
+		return w.created(a)
 	case kindBackprop:
-		k := len(w.later)
-		w.backprop(a)
-		return len(w.later) == k
+		return w.backprop(a)
 	case kindStop:
 		w.stopCall(a)
 	case kindStats:
@@ -525,20 +519,21 @@ func (w *worker) do(a *action) bool {
 // descend selects down from a node of this thread, count times: a finished
 // game simulates again, an unexpanded slot is expanded (its child created
 // on a random thread), a slot whose child is on its way waits (deferred),
-// and a created child gets the rollout.
+// and a created child gets the rollout. It reports false when it put
+// the rest off (postpone).
 //
 // Up to descendBatch selections are made under one hold of the node's lock,
 // and selections of one created child go on as one call with their count:
 // every rollout passes the root, and with 16 threads its lock was taken a
 // thousand times a millisecond and waiters parked their threads (1×16
 // profile on the lent 16-core machine: 40 % of the cores' time off-CPU).
-func (w *worker) descend(a *action) {
+func (w *worker) descend(a *action) (done bool) {
 	d, e := w.d, a.epoch()
 	idx, count := a.descend()
 	at := ref{a.owner, idx}
 	n := w.lookup(at, e)
 	if n == nil {
-		return
+		return true
 	}
 	playouts := uint32(d.cfg.Playouts)
 	var ps picks
@@ -546,8 +541,9 @@ func (w *worker) descend(a *action) {
 		ps.n = 0
 		sims := 0
 		if !w.d.solo.tryLock(&n.mu) {
-			w.postpone(a, 2, count)
-			return
+			rest := descendCall(e, idx, count)
+			rest.owner = a.owner
+			return w.postpone(rest)
 		}
 		for ; count > 0 && ps.n < descendBatch; count-- {
 			if n.winner >= 0 {
@@ -578,25 +574,24 @@ func (w *worker) descend(a *action) {
 			child := n.state.Clone()
 			if err := child.Play(p.move); err != nil {
 				d.fail(fmt.Errorf("mcts: the game refused its own move: %w", err))
-				return
+				return true
 			}
 			w.send(w.place(n.depth+1), createCall(e, at, p.slot, n.depth+1, child))
 		}
 	}
+	return true
 }
 
 // postpone puts off an action whose node another thread of the process
-// holds to this thread's next round (with word i set to v where i > 0:
-// what is left of a descend), which does queued leaves meanwhile. Waiting
+// holds to this thread's next round, which does queued leaves meanwhile,
+// and reports false: a postponed action is no work done. Waiting
 // for the lock instead was most of what a 1×2 search spent over 1×1 on
 // the same leaves (profile of 6 moves at 200 000 rollouts: 13.97 s of CPU
 // against 11.80 s, spinMutex.Lock 0.98 s of it, 0.67 s under descend and
 // backprop polling the root's lock; postponed: 12.17 s).
-func (w *worker) postpone(a *action, i int, v uint32) {
-	if i > 0 {
-		a.w[i] = v
-	}
-	w.later = append(w.later, *a)
+func (w *worker) postpone(a action) bool {
+	w.later = append(w.later, a)
+	return false
 }
 
 // resume queues the actions postponed in the last round.
@@ -666,21 +661,20 @@ func (w *worker) create(a *action) {
 }
 
 // created records a slot's new child and sends on the rollouts that waited
-// for it.
-func (w *worker) created(a *action) {
+// for it; false when it was put off (postpone).
+func (w *worker) created(a *action) (done bool) {
 	e := a.epoch()
 	idx, slot, child := a.created()
 	n := w.lookup(ref{a.owner, idx}, e)
 	if n == nil {
-		return
+		return true
 	}
 	if !w.d.solo.tryLock(&n.mu) {
-		w.postpone(a, 0, 0)
-		return
+		return w.postpone(*a)
 	}
 	if int(slot) >= len(n.slots) {
 		w.d.solo.unlock(&n.mu)
-		return
+		return true
 	}
 	s := &n.slots[slot]
 	s.child, s.created = child, true
@@ -690,25 +684,25 @@ func (w *worker) created(a *action) {
 	if k > 0 {
 		w.send(dsfabric.ThreadID(child.owner), descendCall(e, child.idx, k))
 	}
+	return true
 }
 
 // backprop adds results through a node's slot; at the root it counts the
 // phase's rollouts, elsewhere it combines them for the parent (sent when
-// the thread next flushes its dirty nodes).
-func (w *worker) backprop(a *action) {
+// the thread next flushes its dirty nodes); false when it was put off.
+func (w *worker) backprop(a *action) (done bool) {
 	e := a.epoch()
 	idx, slot, wins, cnt, rollouts := a.backprop()
 	n := w.lookup(ref{a.owner, idx}, e)
 	if n == nil {
-		return
+		return true
 	}
 	if !w.d.solo.tryLock(&n.mu) {
-		w.postpone(a, 0, 0)
-		return
+		return w.postpone(*a)
 	}
 	if int(slot) >= len(n.slots) || wins > cnt {
 		w.d.solo.unlock(&n.mu)
-		return
+		return true
 	}
 	n.addWins(int(slot), wins, cnt)
 	if n.root {
@@ -716,7 +710,7 @@ func (w *worker) backprop(a *action) {
 		if p := w.d.phase.Load(); p != nil && p.epoch == e {
 			p.completed.Add(int64(rollouts))
 		}
-		return
+		return true
 	}
 	n.upWins += cnt - wins
 	n.upN += cnt
@@ -726,6 +720,7 @@ func (w *worker) backprop(a *action) {
 		w.dirty = append(w.dirty, n)
 	}
 	w.d.solo.unlock(&n.mu)
+	return true
 }
 
 // stopCall ends the search on this thread: it reports its statistics to
