@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"image/png"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -173,6 +175,44 @@ func TestSteadyRate(t *testing.T) {
 	}
 }
 
+// TestScaleRounds: each round's run is divided by the same round's 1x1
+// run, so a spell that slowed one 1x1 run shows as one high ratio, while
+// the ratio of the medians hides it; runs stay in the order run.
+func TestScaleRounds(t *testing.T) {
+	configs := []string{"seq", "1x1", "2x1"}
+	sims := [][]float64{{1900, 1950, 1800}, {1000, 1500, 2000}, {3000, 1600, 2200}}
+	steady := [][]float64{{2000, 2000, 2000}, {1000, 1000, 1000}, {1500, 1500, 1500}}
+	visits := [][]float64{{1, 2, 3}, {1, 2, 3}, {1, 2, 3}}
+	rs := scaleResults(configs, sims, steady, visits, 3)
+	two := rs[2]
+	if math.Abs(two.Vs1x1-2200.0/1500) > 1e-9 || two.SimulationsPerMs != 2200 || two.SteadyVs1x1 != 1.5 {
+		t.Errorf("2x1: %+v", two)
+	}
+	want := []float64{3, 1600.0 / 1500, 1.1}
+	if len(two.Vs1x1Rounds) != 3 {
+		t.Fatalf("2x1 by round: %v", two.Vs1x1Rounds)
+	}
+	for k, w := range want {
+		if math.Abs(two.Vs1x1Rounds[k]-w) > 1e-9 {
+			t.Errorf("round %d: %v, want %v", k, two.Vs1x1Rounds[k], w)
+		}
+	}
+	if !slices.Equal(two.Runs, sims[2]) || !slices.Equal(sims[2], []float64{3000, 1600, 2200}) {
+		t.Errorf("runs %v (input now %v): the order run, untouched", two.Runs, sims[2])
+	}
+	if got := roundsText(two.Vs1x1Rounds); got != "1.07–3.00" {
+		t.Errorf("roundsText %q", got)
+	}
+	if got := roundsText(rs[1].Vs1x1Rounds); got != "1.00" {
+		t.Errorf("1x1 against itself: %q", got)
+	}
+	// Without a 1x1 configuration there are no rounds to pair.
+	rs = scaleResults([]string{"seq", "2x1"}, [][]float64{sims[0], sims[2]}, [][]float64{steady[0], steady[2]}, [][]float64{visits[0], visits[2]}, 3)
+	if rs[1].Vs1x1Rounds != nil || rs[1].Vs1x1 != 0 || roundsText(nil) != "–" {
+		t.Errorf("no 1x1: %+v", rs[1])
+	}
+}
+
 // TestScaleSmoke runs the scaling figure with tiny runs and checks the JSON
 // and the PNG.
 func TestScaleSmoke(t *testing.T) {
@@ -195,6 +235,14 @@ func TestScaleSmoke(t *testing.T) {
 	for _, r := range rs {
 		if r.SteadySimulationsPerMs <= 0 || r.Warmup != 1 {
 			t.Errorf("%s: steady figure %v past %d moves, want one past 1", r.Config, r.SteadySimulationsPerMs, r.Warmup)
+		}
+	}
+	for _, r := range rs {
+		if len(r.Runs) != 1 || r.Runs[0] != r.SimulationsPerMs {
+			t.Errorf("%s: runs %v, median %v", r.Config, r.Runs, r.SimulationsPerMs)
+		}
+		if len(r.Vs1x1Rounds) != 1 || math.Abs(r.Vs1x1Rounds[0]-r.Vs1x1) > 1e-9 {
+			t.Errorf("%s: one round, ratio %v, but by round %v", r.Config, r.Vs1x1, r.Vs1x1Rounds)
 		}
 	}
 	if rs[0].SteadyVsSeq != 1 || rs[1].SteadyVs1x1 != 1 {

@@ -635,9 +635,9 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	}
 
 	if len(d.scale) > 0 {
-		w.WriteString("\n### Fig. 3: MCTS on Hex (simulations/ms)\n\n`seqN` is N sequential searches at once: what the machine gives N workers that never coordinate. `× seqN` is a PxT configuration against seqN with N = P×T. The steady columns leave out each run's first moves (`warmup_moves`), in which every process grows its heap and rings page by page.\n\n| config | simulations/ms | visits/ms | × seq | × 1x1 | × seqN | steady simulations/ms | steady × seq | steady × 1x1 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		w.WriteString("\n### Fig. 3: MCTS on Hex (simulations/ms)\n\n`seqN` is N sequential searches at once: what the machine gives N workers that never coordinate. `× seqN` is a PxT configuration against seqN with N = P×T. `× 1x1` is the ratio of the medians; `× 1x1 by round` the range of each round's run against the 1x1 run of the same round, seconds apart (a wide range: a spell of the machine hit some runs). The steady columns leave out each run's first moves (`warmup_moves`), in which every process grows its heap and rings page by page.\n\n| config | simulations/ms | visits/ms | × seq | × 1x1 | × 1x1 by round | × seqN | steady simulations/ms | steady × seq | steady × 1x1 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range d.scale {
-			fmt.Fprintf(&w, "| %s | %.0f | %.1f | %.2f | %.2f | %s | %.0f | %s | %s |\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1, ratioOrDash(r.VsCeiling),
+			fmt.Fprintf(&w, "| %s | %.0f | %.1f | %.2f | %.2f | %s | %s | %.0f | %s | %s |\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, r.VsSeq, r.Vs1x1, roundsText(r.Vs1x1Rounds), ratioOrDash(r.VsCeiling),
 				r.SteadySimulationsPerMs, ratioOrDash(r.SteadyVsSeq), ratioOrDash(r.SteadyVs1x1))
 		}
 		fmt.Fprintf(&w, "\n![Fig. 3](%s/scale.png)\n", img)

@@ -101,6 +101,9 @@ func TestReport(t *testing.T) {
 {"mode":"pipe-wake","transport":"pipe","n":30,"p50_ns":90000,"max_ns":100000}
 {"mode":"tcp-plain-wake","transport":"tcp-plain","n":30,"p50_ns":120000,"max_ns":200000}
 `)
+	write("scale.json", `{"config":"1x1","simulations_per_ms":2000,"visits_per_ms":125,"vs_1x1":1,"reps":3,"simulations_per_ms_runs":[2000,1400,2100],"vs_1x1_rounds":[1,1,1]}
+{"config":"2x1","simulations_per_ms":3000,"visits_per_ms":187.5,"vs_1x1":1.5,"vs_1x1_rounds":[1.5,2.4,1.6],"reps":3,"simulations_per_ms_runs":[3000,3360,3360]}
+`)
 	doc := filepath.Join(dir, "benchmarks.md")
 	write("benchmarks.md", "# Benchmarks\n\nnotes\n")
 	img := filepath.Join(dir, "img")
@@ -130,7 +133,8 @@ func TestReport(t *testing.T) {
 		"| repartition | wr | se | fixed | ofi-shm | 2 × 1 | 256 | 9.00 | 1 | true |",
 		"| join, 500000 orders per process: socket seconds / best of wr, rd, sr seconds | 1.25 | ≥ 1.50 | **not met** |",
 		"| join, 2000000 orders per process: socket seconds / best of wr, rd, sr seconds | 1.60 | ≥ 1.50 | **met** |",
-		"| 2000000 | wr | se | shm | 2 × 1 | 0.250 | 5: 0.240–0.260 | true |"} {
+		"| 2000000 | wr | se | shm | 2 × 1 | 0.250 | 5: 0.240–0.260 | true |",
+		"| 1x1 | 2000 | 125.0 | 0.00 | 1.00 | 1.00 | – |", "| 2x1 | 3000 | 187.5 | 0.00 | 1.50 | 1.50–2.40 | – |"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,6 +39,14 @@ type ScaleResult struct {
 	SteadyVs1x1            float64 `json:"steady_vs_1x1,omitempty"`
 	Warmup                 int     `json:"warmup_moves,omitempty"`
 	Reps                   int     `json:"reps"`
+	// Runs are the simulations/ms of each repetition, in the order run.
+	Runs []float64 `json:"simulations_per_ms_runs"`
+	// Vs1x1Rounds are each repetition's simulations/ms over the 1x1 run of
+	// the same round (configurations take turns, so a round's runs are
+	// seconds apart): where they spread far, a spell of the machine
+	// (docs/benchmarks.md) hit some runs and not others, which the
+	// medians alone do not show.
+	Vs1x1Rounds []float64 `json:"vs_1x1_rounds,omitempty"`
 }
 
 type scaleOpts struct {
@@ -161,18 +170,31 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 			visits[i] = append(visits[i], vs)
 		}
 	}
-	rs := make([]ScaleResult, len(o.configs))
-	var seqRate, oneRate, seqSteady, oneSteady float64
-	for i, c := range o.configs {
-		rs[i] = ScaleResult{Config: c, SimulationsPerMs: median(sims[i]), VisitsPerMs: median(visits[i]), Reps: o.reps}
-		if o.moves > o.warmup {
-			rs[i].SteadySimulationsPerMs, rs[i].Warmup = median(steady[i]), o.warmup
+	rs := scaleResults(o.configs, sims, steady, visits, o.reps)
+	if o.moves > o.warmup { // else every steady figure is 0 (steadyRate)
+		for i := range rs {
+			rs[i].Warmup = o.warmup
 		}
+	}
+	return rs, nil
+}
+
+// scaleResults turns each configuration's repetitions (sims[i][rep], in
+// round order; steady and visits alike) into the figure's rows: medians,
+// the ratios of medians against seq, 1x1 and seqN, and each round's ratio
+// against that round's 1x1.
+func scaleResults(configs []string, sims, steady, visits [][]float64, reps int) []ScaleResult {
+	rs := make([]ScaleResult, len(configs))
+	var seqRate, oneRate, seqSteady, oneSteady float64
+	one := -1
+	for i, c := range configs {
+		rs[i] = ScaleResult{Config: c, SimulationsPerMs: median(sims[i]), VisitsPerMs: median(visits[i]), Reps: reps,
+			SteadySimulationsPerMs: median(steady[i]), Runs: sims[i]}
 		switch c {
 		case "seq":
 			seqRate, seqSteady = rs[i].SimulationsPerMs, rs[i].SteadySimulationsPerMs
 		case "1x1":
-			oneRate, oneSteady = rs[i].SimulationsPerMs, rs[i].SteadySimulationsPerMs
+			oneRate, oneSteady, one = rs[i].SimulationsPerMs, rs[i].SteadySimulationsPerMs, i
 		}
 	}
 	for i := range rs {
@@ -188,6 +210,13 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 		if oneSteady > 0 {
 			rs[i].SteadyVs1x1 = rs[i].SteadySimulationsPerMs / oneSteady
 		}
+		if one >= 0 {
+			for k := range min(len(sims[i]), len(sims[one])) {
+				if sims[one][k] > 0 {
+					rs[i].Vs1x1Rounds = append(rs[i].Vs1x1Rounds, sims[i][k]/sims[one][k])
+				}
+			}
+		}
 		p, t, seq, _ := parseConfig(rs[i].Config)
 		if seq {
 			continue
@@ -198,7 +227,20 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 			}
 		}
 	}
-	return rs, nil
+	return rs
+}
+
+// roundsText writes the range of per-round ratios, "1.52–1.71" (one
+// value alone when there is one round), or "–" without any.
+func roundsText(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	lo, hi := slices.Min(v), slices.Max(v)
+	if len(v) == 1 || fmt.Sprintf("%.2f", lo) == fmt.Sprintf("%.2f", hi) {
+		return fmt.Sprintf("%.2f", lo)
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo, hi)
 }
 
 // runDemos runs copies of `mctsbench args...` at once (one for a PxT
@@ -273,9 +315,9 @@ func printScale(w io.Writer, rs []ScaleResult, asJSON bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t× seqN\tsteady/ms\tsteady × 1x1\t")
+	fmt.Fprintln(tw, "config\tsimulations/ms\tvisits/ms\t× seq\t× 1x1\t× 1x1 by round\t× seqN\tsteady/ms\tsteady × 1x1\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t%.0f\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, ratioOrDash(r.VsSeq), ratioOrDash(r.Vs1x1), ratioOrDash(r.VsCeiling), r.SteadySimulationsPerMs, ratioOrDash(r.SteadyVs1x1))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", r.Config, r.SimulationsPerMs, r.VisitsPerMs, ratioOrDash(r.VsSeq), ratioOrDash(r.Vs1x1), roundsText(r.Vs1x1Rounds), ratioOrDash(r.VsCeiling), r.SteadySimulationsPerMs, ratioOrDash(r.SteadyVs1x1))
 	}
 	tw.Flush()
 }
