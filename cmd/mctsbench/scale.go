@@ -231,16 +231,16 @@ func scaleResults(configs []string, sims, steady, visits [][]float64, reps int) 
 }
 
 // roundsText writes the range of per-round ratios, "1.52–1.71" (one
-// value alone when there is one round), or "–" without any.
+// value when both ends print alike), or "–" without any.
 func roundsText(v []float64) string {
 	if len(v) == 0 {
 		return "–"
 	}
-	lo, hi := slices.Min(v), slices.Max(v)
-	if len(v) == 1 || fmt.Sprintf("%.2f", lo) == fmt.Sprintf("%.2f", hi) {
-		return fmt.Sprintf("%.2f", lo)
+	lo, hi := fmt.Sprintf("%.2f", slices.Min(v)), fmt.Sprintf("%.2f", slices.Max(v))
+	if lo == hi {
+		return lo
 	}
-	return fmt.Sprintf("%.2f–%.2f", lo, hi)
+	return lo + "–" + hi
 }
 
 // runDemos runs copies of `mctsbench args...` at once (one for a PxT
