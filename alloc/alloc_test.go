@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -229,6 +230,80 @@ func TestRegionPopulate(t *testing.T) {
 	touchPages(lazy.Bytes(), 4096) // the fallback for kernels before 5.14
 	if n := resident(t, lazy.Bytes()); n != pages {
 		t.Fatalf("touchPages left %d of %d pages out of memory", pages-n, pages)
+	}
+}
+
+// TestMapResident: a second mapping of a region's memory (a peer's, as the
+// shm transport maps it) gets the pages another mapping faulted in without
+// faulting them itself, up to the limit, and no page that was not in memory.
+func TestMapResident(t *testing.T) {
+	const pages = 64
+	fd, owner, err := mapMemfd("alloc-test", 0, pages*4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	defer Unmap(owner)
+	in := func(p int) bool { return p < 10 || p >= 20 && p < 30 } // what the owner touched
+	for p := 0; p < pages; p++ {
+		if in(p) {
+			owner[p*4096] = byte(p)
+		}
+	}
+	peer := func() []byte {
+		m, err := MapShared(fd, pages*4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { Unmap(m) })
+		return m
+	}
+	// faults writes the owner's pages through m (as a one-sided write does:
+	// a read fault would map 16 neighbours at once, a write fault one page)
+	// and counts this thread's minor faults meanwhile.
+	faults := func(m []byte) int64 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var before, after unix.Rusage
+		unix.Getrusage(unix.RUSAGE_THREAD, &before)
+		for p := 0; p < pages; p++ {
+			if in(p) {
+				m[p*4096+1] = byte(p)
+			}
+		}
+		unix.Getrusage(unix.RUSAGE_THREAD, &after)
+		for p := 0; p < pages; p++ {
+			if in(p) && owner[p*4096+1] != byte(p) {
+				t.Fatalf("page %d: the owner reads %d where the second mapping wrote %d", p, owner[p*4096+1], p)
+			}
+		}
+		return after.Minflt - before.Minflt
+	}
+	if n := faults(peer()); n < 15 {
+		t.Fatalf("control: touching 20 pages of a fresh mapping took %d faults; cannot tell mapped from not", n)
+	}
+	m := peer()
+	n, err := MapResident(m, 1<<30)
+	if errors.Is(err, unix.EINVAL) {
+		t.Skipf("no MADV_POPULATE_WRITE: %v", err)
+	}
+	if err != nil || n != 20*4096 {
+		t.Fatalf("MapResident = %d, %v; want the 20 pages in memory (%d bytes)", n, err, 20*4096)
+	}
+	if f := faults(m); f > 3 {
+		t.Errorf("touching the 20 mapped pages took %d faults", f)
+	}
+	if r := resident(t, m[10*4096:20*4096]); r != 0 {
+		t.Errorf("%d pages that were not in memory are now", r)
+	}
+	if r := resident(t, m[30*4096:]); r != 0 {
+		t.Errorf("%d pages past the last touched one are now in memory", r)
+	}
+	if n, err := MapResident(peer(), 5*4096); err != nil || n != 5*4096 {
+		t.Errorf("MapResident with a 5-page limit = %d, %v", n, err)
+	}
+	if n, err := MapResident(peer(), 0); err != nil || n != 0 {
+		t.Errorf("MapResident with no limit = %d, %v; want nothing mapped", n, err)
 	}
 }
 

@@ -339,20 +339,75 @@ func Unmap(mem []byte) error {
 // (mincore(2)); for a region's memory, whether its pages were faulted in
 // (Populate) or not yet touched. A diagnostic, like KernelPageSize.
 func Resident(b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, fmt.Errorf("%w: empty mapping", ErrInvalidSize)
-	}
-	start := uintptr(unsafe.Pointer(&b[0]))
-	off := start % 4096
-	vec := make([]byte, (int(off)+len(b)+4095)/4096)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, start-off, off+uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		return 0, fmt.Errorf("alloc: mincore: %w", e)
+	vec, _, err := residency(b)
+	if err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, v := range vec {
 		n += int(v & 1)
 	}
 	return n, nil
+}
+
+// residency returns mincore(2)'s vector for the 4 KiB pages spanning b
+// (bit 0: in memory) and b's offset into its first page.
+func residency(b []byte) ([]byte, int, error) {
+	if len(b) == 0 {
+		return nil, 0, fmt.Errorf("%w: empty mapping", ErrInvalidSize)
+	}
+	start := uintptr(unsafe.Pointer(&b[0]))
+	off := start % 4096
+	vec := make([]byte, (int(off)+len(b)+4095)/4096)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, start-off, off+uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return nil, 0, fmt.Errorf("alloc: mincore: %w", e)
+	}
+	return vec, int(off), nil
+}
+
+// MapResident maps into this process's page tables, for writing, the pages
+// of mem (a shared mapping, MapShared) that are already in memory because
+// another process faulted them in, up to limit bytes, lowest first, and
+// returns how many bytes it mapped. Pages not in memory stay so: nothing
+// is allocated. It is for a peer's region about to be written or read
+// here — a buffer its owner made with RegionConfig.Populate, a ring in
+// use — whose pages would otherwise each fault on first touch in this
+// process too (about 10 µs a 4 KiB page on a VM, against well under 1 µs
+// a page in one madvise). Needs MADV_POPULATE_WRITE (Linux 5.14); on older
+// kernels it maps nothing and returns the error, which callers may ignore:
+// the pages then fault in on first touch as before.
+func MapResident(mem []byte, limit int) (int, error) {
+	if limit <= 0 || len(mem) == 0 {
+		return 0, nil
+	}
+	vec, off, err := residency(mem)
+	if err != nil {
+		return 0, err
+	}
+	if off != 0 {
+		return 0, fmt.Errorf("%w: mapping at offset %d into a page", ErrInvalidSize, off)
+	}
+	done := 0
+	for i := 0; i < len(vec) && done < limit; {
+		if vec[i]&1 == 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < len(vec) && vec[j]&1 != 0 && done+(j-i+1)*4096 <= limit {
+			j++
+		}
+		if j == i {
+			break // the next page would pass the limit
+		}
+		run := mem[i*4096 : min(j*4096, len(mem))]
+		if err := unix.Madvise(run, unix.MADV_POPULATE_WRITE); err != nil {
+			return done, fmt.Errorf("alloc: mapping resident pages: %w", err)
+		}
+		done += len(run)
+		i = j
+	}
+	return done, nil
 }
 
 // KernelPageSize reads /proc/self/smaps and returns the page size the kernel
