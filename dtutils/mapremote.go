@@ -73,6 +73,25 @@ func MapRemote(qp QueuePair, loc alloc.Locator) (RemoteMemory, error) {
 	return RemoteMemory{b: b, q: q}, nil
 }
 
+// Mapped reports whether loc's region is mapped into this process for qp
+// already, so that a one-sided operation on it or MapRemote makes no
+// request to the peer first: always over loop, over shm once MapRemote or
+// an operation has mapped the region (the first one asks the peer's
+// process for it, a round trip through its unix socket); false for the
+// transports that do not share memory. A diagnostic.
+func Mapped(qp QueuePair, loc alloc.Locator) bool {
+	q := syncOf(qp)
+	if q == nil {
+		return false
+	}
+	p := q.shm.Load()
+	if p == nil {
+		return q.peer.Load() != nil // loop: the peer's memory is this process's
+	}
+	m, ok := p.regions.Load(loc.Region)
+	return ok && m.key == loc.Key
+}
+
 // syncOf returns the synchronous queue pair behind qp, nil for transports
 // that do not share memory.
 func syncOf(qp QueuePair) *syncQP {

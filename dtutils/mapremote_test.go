@@ -25,7 +25,13 @@ func TestMapRemote(t *testing.T) {
 				if _, err := MapRemote(a.qp, loc); !errors.Is(err, ErrNotMapped) {
 					t.Fatalf("MapRemote over %s: %v, want ErrNotMapped", tr.name, err)
 				}
+				if Mapped(a.qp, loc) {
+					t.Fatalf("Mapped true over %s", tr.name)
+				}
 				return
+			}
+			if got := Mapped(a.qp, loc); got != (tr.name == "loop") {
+				t.Fatalf("Mapped before first use = %v over %s (true only over loop)", got, tr.name)
 			}
 			if !CanMapRemote(a.qp) {
 				t.Fatal("CanMapRemote false over a shared-memory transport")
@@ -33,6 +39,9 @@ func TestMapRemote(t *testing.T) {
 			m, err := MapRemote(a.qp, loc)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !Mapped(a.qp, loc) {
+				t.Fatal("Mapped false after MapRemote")
 			}
 			if len(m.Bytes()) != 64 || m.Err() != nil {
 				t.Fatalf("mapped %d bytes, Err %v; want 64, nil", len(m.Bytes()), m.Err())

@@ -66,6 +66,18 @@ func (l *link) attach(qp dtutils.QueuePair) {
 	l.c, l.qp, l.peer = c.c, qp, qp.PeerRank()
 }
 
+// premap maps the peer's region holding loc into this process now, at
+// OPEN, where the transport shares memory: the stream's first one-sided
+// operation on it would otherwise ask the peer's process for it (a round
+// trip through its unix socket, 0.2–7 ms on the development VM, several
+// in turn at a stage's start and end). Best effort: an error is the first
+// operation's to report, as without it.
+func (l *link) premap(loc alloc.Locator) {
+	if loc.Length > 0 && dtutils.CanMapRemote(l.c.qp) {
+		_, _ = dtutils.MapRemote(l.c.qp, loc)
+	}
+}
+
 // failed returns the connection's failure, nil while it works.
 func (l *link) failed() error {
 	if e := l.c.err.Load(); e != nil {
@@ -349,6 +361,7 @@ func (s *Sender) Attach(d int, qp dtutils.QueuePair, offer []byte) ([]byte, erro
 	c := s.conns[d]
 	c.attach(qp)
 	c.ring, c.index = o.loc, o.index
+	c.premap(c.ring) // WR's buffers, RD's descriptors (SR has no ring)
 	c.credit.Store(packCredit(0, o.window))
 	return marshalOffer(s.cfg, c.creditAt, 0, d), nil
 }
@@ -832,6 +845,9 @@ func (r *Receiver) Attach(i int, qp dtutils.QueuePair, offer []byte) error {
 	s := r.srcs[i]
 	s.attach(qp)
 	s.credit, s.index = o.loc, o.index
+	if r.cfg.Design != SR {
+		s.premap(s.credit) // the credit word, and RD's buffers (one region)
+	}
 	s.mapped = r.cfg.Design == RD && !r.cfg.NoMap && dtutils.CanMapRemote(s.c.qp)
 	return nil
 }

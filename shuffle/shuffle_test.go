@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1524,5 +1525,32 @@ func TestSection4_2_OpenRegistersBuffers(t *testing.T) {
 		s.Close(context.Background())
 		rc.Close(context.Background())
 		proc.Close()
+	}
+}
+
+// TestSection4_2_OpenMapsPeerMemory: over shared memory, wiring an
+// endpoint (OPEN, then Attach) maps the peer's memory its one-sided
+// operations will touch — the receiver's ring for a WR or RD sender, the
+// sender's credit word (and RD's buffers, in the same region) for a
+// receiver — so that the stream's first operation makes no request to the
+// peer's process (0.2–7 ms each, on the clock of a short stage).
+func TestSection4_2_OpenMapsPeerMemory(t *testing.T) {
+	for _, d := range []Design{WR, RD} {
+		t.Run(d.String(), func(t *testing.T) {
+			i := slices.IndexFunc(transports, func(tr testTransport) bool { return tr.name == "shm" })
+			j := newJob(t, transports[i].make, 2, 1, 1, Config{Design: d, BufferBytes: 4096, Depth: 4})
+			for r := range j.senders {
+				for _, c := range j.senders[r][0].conns {
+					if !dtutils.Mapped(c.c.qp, c.ring) {
+						t.Errorf("rank %d's sender: the ring of rank %d's receiver is not mapped after Attach", r, c.peer)
+					}
+				}
+				for _, s := range j.receivers[r][0].srcs {
+					if !dtutils.Mapped(s.c.qp, s.credit) {
+						t.Errorf("rank %d's receiver: the credit word of rank %d's sender is not mapped after Attach", r, s.peer)
+					}
+				}
+			}
+		})
 	}
 }
