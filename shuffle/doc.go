@@ -20,7 +20,11 @@
 // between processes). The receiver's Offer(i) describes its ring for
 // source i; the sender's Attach(d, qp, offer) returns its own description,
 // which the receiver's Attach(i, qp, ...) takes. The descriptions are the only
-// thing to exchange out of band (docs/wire.md, "shuffle").
+// thing to exchange out of band (docs/wire.md, "shuffle"). Where the
+// transport shares memory (shm, loop), Attach also maps the peer memory
+// the endpoint's one-sided operations will touch (a sender the
+// receiver's ring, a receiver the sender's credit word and buffers), so
+// that a stream's first operation asks the peer's process for nothing.
 //
 // # Designs (seed 004 §5)
 //
