@@ -70,3 +70,43 @@ func BenchmarkGeneralAllocFree(b *testing.B) {
 		held[k] = m
 	}
 }
+
+// BenchmarkSecondMapping: a second mapping of 2 MiB of resident shared
+// memory (a peer's populated region, as the shm transport maps it), made
+// writable page by page: by MapResident in one madvise, or by a write to
+// each page, which faults it. The mapping and unmapping are in the loop.
+func BenchmarkSecondMapping(b *testing.B) {
+	const size = 2 << 20
+	fd, owner, err := mapMemfd("alloc-bench", 0, size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer Unmap(owner)
+	if err := populate(owner, 4096); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		mapIn func(m []byte)
+	}{
+		{"mapresident", func(m []byte) {
+			if n, err := MapResident(m, size); err != nil || n != size {
+				b.Fatalf("MapResident = %d, %v", n, err)
+			}
+		}},
+		{"faulting", func(m []byte) { touchPages(m, 4096) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				m, err := MapShared(fd, size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.mapIn(m)
+				Unmap(m)
+			}
+		})
+	}
+}
