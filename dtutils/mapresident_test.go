@@ -9,21 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// shmWithMapResident is the shm transport with SHMConfig.MapResident set.
-func shmWithMapResident(n int64) func(testing.TB, *Process, *Process) (Provider, Provider) {
-	return func(t testing.TB, pa, pb *Process) (Provider, Provider) {
-		a, err := NewSHM(pa, SHMConfig{Logger: quietLog, MapResident: n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := NewSHM(pb, SHMConfig{Logger: quietLog, MapResident: n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a, b
-	}
-}
-
 // firstWrite makes a populated region of size bytes in p's process, uses
 // it from a once (an 8-byte signaled write: the shm transport maps the
 // region in then), then writes all of it from a's populated source with
@@ -83,7 +68,7 @@ func TestSHMMapResident(t *testing.T) {
 		{"off", -1, func(n int64) bool { return n >= 200 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a, p := connectPair(t, shmWithMapResident(c.limit), nil)
+			a, p := connectPair(t, shmPair(SHMConfig{MapResident: c.limit}), nil)
 			srcReg, err := a.proc.Registry().NewRegion(size, alloc.RegionConfig{Name: "src", Populate: true})
 			if err != nil {
 				t.Fatal(err)
@@ -109,7 +94,7 @@ func BenchmarkSHMFirstWrite(b *testing.B) {
 		limit int64
 	}{{"mapresident", 0}, {"faulting", -1}} {
 		b.Run(c.name, func(b *testing.B) {
-			a, p := connectPair(b, shmWithMapResident(c.limit), nil)
+			a, p := connectPair(b, shmPair(SHMConfig{MapResident: c.limit}), nil)
 			srcReg, err := a.proc.Registry().NewRegion(size, alloc.RegionConfig{Name: "src", Populate: true})
 			if err != nil {
 				b.Fatal(err)

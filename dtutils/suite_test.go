@@ -44,17 +44,24 @@ var transports = []struct {
 		}
 		return a, b
 	}},
-	{"shm", func(t testing.TB, pa, pb *Process) (Provider, Provider) {
-		a, err := NewSHM(pa, SHMConfig{Logger: quietLog})
+	{"shm", shmPair(SHMConfig{})},
+}
+
+// shmPair makes the shm providers of two processes with cfg (and a quiet
+// logger).
+func shmPair(cfg SHMConfig) func(testing.TB, *Process, *Process) (Provider, Provider) {
+	cfg.Logger = quietLog
+	return func(t testing.TB, pa, pb *Process) (Provider, Provider) {
+		a, err := NewSHM(pa, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := NewSHM(pb, SHMConfig{Logger: quietLog})
+		b, err := NewSHM(pb, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return a, b
-	}},
+	}
 }
 
 // quietLog keeps expected connection events out of test and benchmark output.
