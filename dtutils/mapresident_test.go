@@ -31,12 +31,8 @@ func firstWrite(t testing.TB, a, p side, srcReg *alloc.Region, size int) int64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.qp.Post(WorkRequest{Op: OpWrite, Signaled: true, Local: src, Remote: loc}); err != nil {
-			t.Fatal(err)
-		}
-		var cs [1]Completion
-		if _, err := a.qp.CQ().Wait(context.Background(), cs[:]); err != nil || cs[0].Status != StatusSuccess {
-			t.Fatalf("write: %v, %v", err, cs[0].Status)
+		if c := post(t, a.qp, WorkRequest{Op: OpWrite, Local: src, Remote: loc}); c.Status != StatusSuccess {
+			t.Fatalf("write: %v", c.Status)
 		}
 	}
 	runtime.LockOSThread()
