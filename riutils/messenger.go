@@ -320,6 +320,9 @@ type Messengers struct {
 // Stats counts a thread's messenger activity.
 type Stats struct {
 	Calls, Received, Rotations, Grows, UnknownHandlers int64
+	// Opened counts the messengers this thread set up (Open, or a first
+	// call to a destination).
+	Opened int64
 }
 
 // Messengers returns the messengers of local worker thread t, the same ones
