@@ -5,3 +5,16 @@ import "testing"
 // Audit exposes the distributed search's consistency audit to the external
 // tests (which need package hexgame, which imports this package).
 func Audit(d *Distributed, t *testing.T) { d.audit(t) }
+
+// OpenedAtStart returns, for each worker thread of d's process, how many
+// messengers it had set up when Start returned.
+func OpenedAtStart(d *Distributed) []int64 {
+	var n []int64
+	for _, w := range d.workers {
+		n = append(n, w.opened)
+	}
+	return n
+}
+
+// Threads returns the number of worker threads of d's job.
+func Threads(d *Distributed) int { return d.all }

@@ -408,3 +408,27 @@ func TestSearchCancel(t *testing.T) {
 		t.Fatalf("Close after a cancelled search: %d thread statistics, want 2", len(stats))
 	}
 }
+
+// TestStartOpensMessengers: Start returns once every worker thread has set
+// up its messengers to every thread of the job, so that the first search's
+// first calls pay no set-up (a round trip to the destination's process
+// each); the search then runs over them.
+func TestStartOpensMessengers(t *testing.T) {
+	for _, c := range []struct{ procs, threads int }{{1, 2}, {2, 1}, {2, 2}} {
+		t.Run(fmt.Sprintf("%dx%d", c.procs, c.threads), func(t *testing.T) {
+			cfg := mcts.DefaultConfig()
+			cfg.Budget, cfg.Seed = 2000, 5
+			distributedJob(t, c.procs, c.threads, cfg, func(d *mcts.Distributed) {
+				if all := mcts.Threads(d); all != c.procs*c.threads {
+					t.Fatalf("job of %d threads, want %d", all, c.procs*c.threads)
+				}
+				for i, n := range mcts.OpenedAtStart(d) {
+					if n != int64(c.procs*c.threads) {
+						t.Errorf("thread %d of rank 0 had %d messengers set up when Start returned, want %d", i, n, c.procs*c.threads)
+					}
+				}
+				distributedSearch(d)(t, hexPosition(t, 3, nil, nil, 0), cfg)
+			})
+		})
+	}
+}
