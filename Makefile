@@ -37,14 +37,17 @@ setup:
 # sequence test (10 M calls per sender) also run at full size without the
 # race detector, which would make them take many minutes; so does the
 # doorbell's lost-wake-up test, whose race only the plain stores of a build
-# without the race detector can show (dtutils/release_amd64.go). Then a
-# 30-second soak of every primitive, and the bench/peers module's own tests. The
-# ofi provider (build tag ofi, libfabric) is tested by scripts/test-ofi.sh.
+# without the race detector can show (dtutils/release_amd64.go), and the
+# heap pre-touch test, which counts page faults the detector's shadow
+# memory would swamp. Then a 30-second soak of every primitive, and the
+# bench/peers module's own tests. The ofi provider (build tag ofi,
+# libfabric) is tested by scripts/test-ofi.sh.
 test: setup lint $(BIN)/mctsbench
 	GO=$(GO) sh scripts/gotest.sh $(TESTFLAGS) ./...
 	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" sh scripts/test-ofi.sh
 	GO=$(GO) sh scripts/gotest.sh -count=1 -run 'TestTransmitterHammer|TestDoorbellNoLostWakeup' ./dtutils
 	GO=$(GO) sh scripts/gotest.sh -count=1 -run 'TestOracle' ./mcts/hexgame
+	GO=$(GO) sh scripts/gotest.sh -count=1 -run 'TestPreTouchHeap' ./cmd/mctsbench
 	SERIEMA_FULL=1 GO=$(GO) sh scripts/gotest.sh -count=1 -timeout 10m -run 'TestMessengerSequence' ./riutils
 	$(BIN)/mctsbench soak -procs 3 -threads 2 -duration 30s
 	@sh scripts/test-peers.sh

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/seriema-go/seriema/mcts/hexgame"
 	"github.com/seriema-go/seriema/mcts/nim"
 	"github.com/seriema-go/seriema/riutils"
+	"golang.org/x/sys/unix"
 )
 
 // demoDefaultVisits is the rollout budget per move of `make demo`: a whole
@@ -73,7 +75,7 @@ type ThreadWork struct {
 
 type demoOpts struct {
 	procs, threads, board, visits, moves, playouts int
-	inFlight, chunk, spread                        int
+	inFlight, chunk, spread, preTouch              int
 	mode, transport, game, heaps                   string
 	c                                              float64
 	seed                                           uint64
@@ -109,7 +111,10 @@ func demoFlags(fs *flag.FlagSet, o *demoOpts) {
 	fs.IntVar(&o.chunk, "chunk", 0, "bytes of each chunk of a receiver's memory for one-sided calls (0: riutils' default, 2 MiB)")
 	fs.BoolVar(&o.noShortcut, "no-shortcut", false, "send every node operation as a call, even within a process")
 	fs.BoolVar(&o.noSteal, "no-steal", false, "no work stealing between processes (mcts.Config.NoSteal)")
+	fs.IntVar(&o.preTouch, "pretouch", demoPreTouch, preTouchUsage)
 }
+
+const preTouchUsage = "MiB of the Go heap each search process faults in before searching (as the JVM's AlwaysPreTouch), so that the first moves do not grow it page by page (0: none)"
 
 func (o demoOpts) searchConfig() (mcts.Config, error) {
 	cfg := mcts.DefaultConfig()
@@ -141,6 +146,9 @@ func (o demoOpts) searchConfig() (mcts.Config, error) {
 	}
 	if o.procs < 1 || o.threads < 1 {
 		return cfg, fmt.Errorf("-procs and -threads must be at least 1")
+	}
+	if o.preTouch < 0 || o.preTouch > 1<<20 {
+		return cfg, fmt.Errorf("-pretouch %d: want 0 (none) to %d MiB", o.preTouch, 1<<20)
 	}
 	return cfg, cfg.VerifyConfig()
 }
@@ -178,6 +186,45 @@ func searchGC() {
 	}
 }
 
+// demoPreTouch is the default of -pretouch: a 2×1 search of six moves
+// grew each process's heap to about 40 MiB (GODEBUG=gctrace=1).
+const demoPreTouch = 64
+
+// preTouchHeap faults mib MiB of the Go heap in and frees it again, as
+// the JVM's -XX:+AlwaysPreTouch does, before the clock of any search
+// starts. Otherwise the first moves grow the heap page by page, at about
+// 10 µs a fault on the development VM (docs/benchmarks.md, "MCTS: the
+// first moves of a run are its warm-up"): with it a 2×1 scale run took
+// 9 300 page faults instead of 28 600, and five interleaved rounds of
+// `scale` searched 5–14 % more simulations/ms over all moves (2×1 the
+// most). The freed pages stay with the runtime, which reuses them for the
+// search's small objects; its background scavenger returns the surplus to
+// the OS at about 1 % of a core, slower than a search's first moves take
+// them.
+func preTouchHeap(mib int) {
+	if mib <= 0 {
+		return
+	}
+	// Every block stays live until all are touched, so that they are
+	// distinct pages; the collection after frees them all at once and
+	// sets the next heap goal from what is live without them.
+	blocks := make([][]byte, 0, mib)
+	for range mib {
+		b := make([]byte, 1<<20)
+		// One madvise faults the block in ten times faster than a write
+		// to each page (0.05 against 0.5 s for 64 MiB here); before Linux
+		// 5.14, the writes.
+		if unix.Madvise(b, unix.MADV_POPULATE_WRITE) != nil {
+			for i := 0; i < len(b); i += os.Getpagesize() {
+				b[i] = 1
+			}
+		}
+		blocks = append(blocks, b)
+	}
+	runtime.KeepAlive(blocks)
+	runtime.GC()
+}
+
 // startEngine starts the search; searchNs must hold the total search time
 // when close is called (for the shares of time per thread).
 func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, stderr io.Writer) (*engine, error) {
@@ -186,6 +233,7 @@ func startEngine(o demoOpts, progress func(done, budget int), searchNs *int64, s
 		return nil, err
 	}
 	searchGC()
+	preTouchHeap(o.preTouch)
 	if o.seq {
 		e := &engine{rank0: true}
 		var work ThreadWork

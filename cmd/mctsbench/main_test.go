@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if env := os.Getenv(rdmoTargetEnv); env != "" { // the target of mctsbench rdmo
 		os.Exit(rdmoTargetMain(env))
 	}
+	if env := os.Getenv(preTouchEnv); env != "" { // TestPreTouchHeap's fresh process
+		os.Exit(preTouchChild(env))
+	}
 	// A rank self-launched by the send benchmark runs the same micro
 	// command as the test that started it.
 	if args := os.Getenv(microArgsEnv); args != "" && underLauncher() {

@@ -56,6 +56,7 @@ type scaleOpts struct {
 	spread               int
 	noSteal              bool
 	reps                 int
+	preTouch             int // MiB of heap each search process faults in first (demo -pretouch)
 	mode, transport, png string
 	seed                 uint64
 	asJSON               bool
@@ -101,6 +102,7 @@ func scale(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.png, "png", "", "also draw the figure into this PNG file")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed of every run")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per configuration")
+	fs.IntVar(&o.preTouch, "pretouch", demoPreTouch, preTouchUsage)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -111,8 +113,8 @@ func scale(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if o.reps < 1 || o.moves < 1 || o.warmup < 0 {
-		fmt.Fprintln(stderr, "mctsbench scale: -reps and -moves must be at least 1, -warmup at least 0")
+	if o.reps < 1 || o.moves < 1 || o.warmup < 0 || o.preTouch < 0 {
+		fmt.Fprintln(stderr, "mctsbench scale: -reps and -moves must be at least 1, -warmup and -pretouch at least 0")
 		return 2
 	}
 	o.command = func(args []string) *exec.Cmd {
@@ -153,7 +155,8 @@ func runScale(o scaleOpts, progress io.Writer) ([]ScaleResult, error) {
 			}
 			args := []string{"demo", "-json", "-board", strconv.Itoa(o.board), "-visits", strconv.Itoa(o.visits),
 				"-moves", strconv.Itoa(o.moves), "-seed", strconv.FormatUint(o.seed, 10), "-mode", o.mode, "-transport", o.transport,
-				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads), "-spread", strconv.Itoa(o.spread)}
+				"-procs", strconv.Itoa(procs), "-threads", strconv.Itoa(threads), "-spread", strconv.Itoa(o.spread),
+				"-pretouch", strconv.Itoa(o.preTouch)}
 			if o.noSteal {
 				args = append(args, "-no-steal")
 			}
