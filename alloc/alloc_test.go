@@ -307,6 +307,48 @@ func TestMapResident(t *testing.T) {
 	}
 }
 
+// TestPopulate: Populate brings in exactly the pages spanning the bytes it
+// is given (an unaligned range included), keeps their bytes, and a second
+// mapping of the memory then finds them in memory (MapResident's case).
+func TestPopulate(t *testing.T) {
+	const pages = 16
+	fd, mem, err := mapMemfd("alloc-test", 0, pages*4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	defer Unmap(mem)
+	mem[2*4096+7] = 42 // page 2 in memory, with a byte to keep
+	if err := Populate(mem[3*4096-5 : 6*4096+1]); errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("no MADV_POPULATE_WRITE: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < pages; p++ {
+		want := 0
+		if p >= 2 && p <= 6 { // 2 touched; 2…6 span the range
+			want = 1
+		}
+		if r := resident(t, mem[p*4096:(p+1)*4096]); r != want {
+			t.Errorf("page %d: %d resident, want %d", p, r, want)
+		}
+	}
+	if mem[2*4096+7] != 42 {
+		t.Errorf("Populate changed a byte: %d, want 42", mem[2*4096+7])
+	}
+	peer, err := MapShared(fd, pages*4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Unmap(peer)
+	if n, err := MapResident(peer, len(peer)); err != nil || n != 5*4096 {
+		t.Errorf("MapResident after Populate = %d, %v; want the 5 populated pages", n, err)
+	}
+	if err := Populate(nil); err != nil {
+		t.Errorf("Populate(nil) = %v", err)
+	}
+}
+
 func TestBadSizes(t *testing.T) {
 	reg, z := newZone(t, 8<<20, 1<<20)
 	for _, n := range []int{0, -1} {

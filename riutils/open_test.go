@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
 )
@@ -16,7 +17,9 @@ import (
 // messengers to the threads it is given before any call, with their first
 // chunks and, where the transport shares memory, the first chunk mapped;
 // the calls that follow use them (no further set-up), opening again is a
-// no-op, a cancelled context or an invalid thread sets nothing up.
+// no-op, a cancelled context or an invalid thread sets nothing up. The
+// first chunk's pages are in memory once set up (the receiver populates
+// new chunks), so neither side faults them in one at a time.
 func TestMessengersOpen(t *testing.T) {
 	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
@@ -54,8 +57,14 @@ func TestMessengersOpen(t *testing.T) {
 					if s == nil {
 						return fmt.Errorf("no messenger to thread %d after Open", d)
 					}
-					if qp := s.tx.QueuePair(); dtutils.CanMapRemote(qp) && (s.direct == nil || !dtutils.Mapped(qp, s.chunks[s.cur])) {
-						return fmt.Errorf("messenger to thread %d over %s: first chunk not mapped after Open", d, m.f.Transport(s.rank))
+					if qp := s.tx.QueuePair(); dtutils.CanMapRemote(qp) {
+						if s.direct == nil || !dtutils.Mapped(qp, s.chunks[s.cur]) {
+							return fmt.Errorf("messenger to thread %d over %s: first chunk not mapped after Open", d, m.f.Transport(s.rank))
+						}
+						// Populated by the receiver when it allocated it.
+						if n, err := alloc.Resident(s.direct); err != nil || n != len(s.direct)/4096 {
+							return fmt.Errorf("messenger to thread %d: %d of the first chunk's %d pages in memory after Open (%v)", d, n, len(s.direct)/4096, err)
+						}
 					}
 					opened[d] = s
 				}

@@ -15,13 +15,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
 	"github.com/seriema-go/seriema/dtutils"
 	"github.com/seriema-go/seriema/mcts"
 	"github.com/seriema-go/seriema/mcts/hexgame"
 	"github.com/seriema-go/seriema/mcts/nim"
 	"github.com/seriema-go/seriema/riutils"
-	"golang.org/x/sys/unix"
 )
 
 // demoDefaultVisits is the rollout budget per move of `make demo`: a whole
@@ -214,7 +214,7 @@ func preTouchHeap(mib int) {
 		// One madvise faults the block in ten times faster than a write
 		// to each page (0.05 against 0.5 s for 64 MiB here); before Linux
 		// 5.14, the writes.
-		if unix.Madvise(b, unix.MADV_POPULATE_WRITE) != nil {
+		if alloc.Populate(b) != nil {
 			for i := 0; i < len(b); i += os.Getpagesize() {
 				b[i] = 1
 			}
