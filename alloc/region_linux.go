@@ -257,12 +257,9 @@ func newMapping(size int, cfg RegionConfig) (fd int, mem []byte, rung Rung, boun
 // 5.14), else a write to each page (the region is fresh, so its bytes are
 // zero and stay so).
 func populate(mem []byte, page int) error {
-	err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
-		return err // ENOMEM, EFAULT: the pages are not there to be had
+	err := Populate(mem)
+	if err == nil || !errors.Is(err, errors.ErrUnsupported) {
+		return err // nil; or ENOMEM, EFAULT: the pages are not there to be had
 	}
 	touchPages(mem, page)
 	return nil

@@ -133,11 +133,13 @@ func (s *sender) mapChunk() {
 	}
 	if rm, err := dtutils.MapRemote(qp, s.chunks[s.cur]); err == nil {
 		s.rm, s.direct = rm, rm.Bytes()
-		// The receiver populated the chunk (Process.chunks), but the
-		// transport mapped its region here once, perhaps before this
-		// chunk was allocated: map its pages now rather than fault on
-		// each. Best effort, as there.
-		_, _ = alloc.MapResident(s.direct, len(s.direct))
+		if s.lastUse[s.cur] == 0 {
+			// The chunk's first fill. The receiver populated it
+			// (Process.chunks), but the transport mapped its region here
+			// once, perhaps before this chunk was allocated: map its pages
+			// now rather than fault on each. Best effort, as there.
+			_, _ = alloc.MapResident(s.direct, len(s.direct))
+		}
 	}
 }
 
