@@ -131,7 +131,12 @@ type simRequest struct {
 // other fields are the caller's) and returns the search. Every process of
 // the job runs the same call; each returns once every worker thread of the
 // job has set up its messengers to every thread (riutils.Messengers.Open),
-// so that no search pays for that set-up.
+// so that no search pays for that set-up. That is T² messengers for a job
+// of T threads, each with cfg.Messaging's ChunksPerAllocation chunks in
+// its destination's memory, faulted in at once: 16 MiB for 2 threads at
+// the defaults (2 of 2 MiB), 1 GiB for 16, which a search reaches anyway
+// once each thread has called each other thread a few MiB's worth; a
+// large job sets smaller chunks (Config.Messaging.ChunkSize).
 func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Distributed, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return nil, err
