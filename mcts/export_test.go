@@ -15,6 +15,3 @@ func OpenedAtStart(d *Distributed) []int64 {
 	}
 	return n
 }
-
-// Threads returns the number of worker threads of d's job.
-func Threads(d *Distributed) int { return d.all }

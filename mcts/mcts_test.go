@@ -419,7 +419,7 @@ func TestStartOpensMessengers(t *testing.T) {
 			cfg := mcts.DefaultConfig()
 			cfg.Budget, cfg.Seed = 2000, 5
 			distributedJob(t, c.procs, c.threads, cfg, func(d *mcts.Distributed) {
-				if all := mcts.Threads(d); all != c.procs*c.threads {
+				if all := d.Fabric().Names().Threads(); all != c.procs*c.threads {
 					t.Fatalf("job of %d threads, want %d", all, c.procs*c.threads)
 				}
 				for i, n := range mcts.OpenedAtStart(d) {
