@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
 	"github.com/seriema-go/seriema/dsfabric"
@@ -19,7 +21,8 @@ import (
 // the calls that follow use them (no further set-up), opening again is a
 // no-op, a cancelled context or an invalid thread sets nothing up. The
 // first chunk's pages are in memory once set up (the receiver populates
-// new chunks), so neither side faults them in one at a time.
+// new chunks), and mapped in the sender's page tables (mapChunk), so
+// neither side faults them in one at a time.
 func TestMessengersOpen(t *testing.T) {
 	for _, tr := range testTransports {
 		t.Run(tr, func(t *testing.T) {
@@ -65,6 +68,13 @@ func TestMessengersOpen(t *testing.T) {
 						if n, err := alloc.Resident(s.direct); err != nil || n != len(s.direct)/4096 {
 							return fmt.Errorf("messenger to thread %d: %d of the first chunk's %d pages in memory after Open (%v)", d, n, len(s.direct)/4096, err)
 						}
+						// Mapped here by the sender on the chunk's first
+						// fill: the transport maps a region's resident pages
+						// when it first maps the region, which may be before
+						// this chunk was allocated in it.
+						if n, err := mappedPages(s.direct); err != nil || n != len(s.direct)/4096 {
+							return fmt.Errorf("messenger to thread %d: %d of the first chunk's %d pages mapped in this process after Open (%v)", d, n, len(s.direct)/4096, err)
+						}
 					}
 					opened[d] = s
 				}
@@ -99,4 +109,29 @@ func TestMessengersOpen(t *testing.T) {
 			})
 		})
 	}
+}
+
+// mappedPages counts the 4 KiB pages of b (page-aligned) that have an
+// entry in this process's page tables (bit 63 of /proc/self/pagemap),
+// without touching b: a page in memory but not mapped here faults on this
+// process's first touch all the same.
+func mappedPages(b []byte) (int, error) {
+	if len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%4096 != 0 {
+		return 0, fmt.Errorf("%d bytes at %p: not a page-aligned range", len(b), unsafe.SliceData(b))
+	}
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	pages := (len(b) + 4095) / 4096
+	vec := make([]byte, 8*pages)
+	if _, err := f.ReadAt(vec, int64(uintptr(unsafe.Pointer(&b[0]))/4096*8)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := 0; i < pages; i++ {
+		n += int(vec[8*i+7] >> 7) // little-endian: bit 63 is the top bit of the last byte
+	}
+	return n, nil
 }

@@ -591,6 +591,9 @@ func TestShutdownHandshake(t *testing.T) {
 			if err := send(i + 1); !errors.Is(err, ErrClosed) {
 				return fmt.Errorf("a later call: %v, want ErrClosed", err)
 			}
+			if err := m.Open(ctx, 0); !errors.Is(err, ErrClosed) || len(m.out) != 0 {
+				return fmt.Errorf("Open of the thread that closed its messenger: %v with %d messengers set up, want ErrClosed and none", err, len(m.out))
+			}
 			if int(seq.total.Load()) != i {
 				return fmt.Errorf("%d calls ran, want %d (all before ErrClosed)", seq.total.Load(), i)
 			}

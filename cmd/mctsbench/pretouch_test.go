@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,5 +75,25 @@ func TestPreTouchHeap(t *testing.T) {
 	// over ten runs here).
 	if warm*3 > cold {
 		t.Errorf("pre-touched heap: %d faults, want under a third of the cold heap's %d", warm, cold)
+	}
+}
+
+// TestPreTouchFlag: -pretouch below 0 is refused by demo and scale with a
+// message naming it (rather than read as none, or passed on to every
+// search process), and 0, none, runs.
+func TestPreTouchFlag(t *testing.T) {
+	short := []string{"-seq", "-board", "4", "-visits", "200", "-moves", "1"}
+	for _, args := range [][]string{
+		append(append([]string{"demo"}, short...), "-pretouch", "-1"),
+		{"scale", "-configs", "seq", "-pretouch", "-1"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, nil, &out, &errb); code == 0 || !strings.Contains(errb.String(), "-pretouch") {
+			t.Errorf("%v: exit %d, %q; want a refusal naming -pretouch", args, code, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(append(append([]string{"demo"}, short...), "-pretouch", "0"), nil, &out, &errb); code != 0 {
+		t.Errorf("demo -pretouch 0: exit %d: %s", code, errb.String())
 	}
 }
