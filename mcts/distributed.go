@@ -130,13 +130,17 @@ type simRequest struct {
 // Start starts the job described by fc (Handlers and Worker are set here;
 // other fields are the caller's) and returns the search. Every process of
 // the job runs the same call; each returns once every worker thread of the
-// job has set up its messengers to every thread (riutils.Messengers.Open),
-// so that no search pays for that set-up. That is T² messengers for a job
-// of T threads, each with cfg.Messaging's ChunksPerAllocation chunks in
-// its destination's memory, faulted in at once: 16 MiB for 2 threads at
-// the defaults (2 of 2 MiB), 1 GiB for 16, which a search reaches anyway
-// once each thread has called each other thread a few MiB's worth; a
-// large job sets smaller chunks (Config.Messaging.ChunkSize).
+// job has set up its messengers to the threads its searches call
+// (riutils.Messengers.Open), so that no search pays for that set-up: the
+// threads of the other processes, or every thread with cfg.NoShortcut
+// (with the shortcut a thread works on its own process's nodes directly).
+// That is T·(T−T/P) messengers for a job of P processes of T/P threads each
+// (T² with NoShortcut; none for one process), each with cfg.Messaging's
+// ChunksPerAllocation chunks in its destination's memory, faulted in at
+// once: 8 MiB for 2×1 at the defaults (2 of 2 MiB), 512 MiB for 2×8, which
+// a search reaches anyway once each thread has called each other thread a
+// few MiB's worth; a large job sets smaller chunks
+// (Config.Messaging.ChunkSize).
 func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Distributed, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return nil, err
@@ -368,6 +372,19 @@ func (d *Distributed) handler(kind uint8) dsfabric.HandlerFunc {
 	}
 }
 
+// called returns the threads that a worker of this process calls during a
+// search (send): every thread of the job with NoShortcut, else those of
+// the other processes.
+func (d *Distributed) called() []dsfabric.ThreadID {
+	var ts []dsfabric.ThreadID
+	for i := range d.all {
+		if t := dsfabric.ThreadID(i); d.cfg.NoShortcut || d.local(t) == nil {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
 // local returns the worker of thread t if it is in this process.
 func (d *Distributed) local(t dsfabric.ThreadID) *worker {
 	i := int(t) - int(d.base)
@@ -386,13 +403,11 @@ func (d *Distributed) run(fw *dsfabric.Worker, m *riutils.Messengers) {
 	var err error
 	w.agg, err = m.Aggregator(riutils.AggregatorConfig{Mode: d.cfg.Mode})
 	if err == nil {
-		// Every thread may own nodes this one calls: set up the
-		// messengers to all of them now, outside any search.
-		all := make([]dsfabric.ThreadID, d.all)
-		for i := range all {
-			all[i] = dsfabric.ThreadID(i)
-		}
-		err = m.Open(context.Background(), all...)
+		// Set up now, outside any search, the messengers to every thread
+		// whose nodes this one works on by calls (send): those of other
+		// processes, all with NoShortcut. Calls within the process then
+		// come only at Close (stop, stats), set up lazily.
+		err = m.Open(context.Background(), d.called()...)
 		w.opened = m.Stats().Opened
 	}
 	d.opened.Done()
