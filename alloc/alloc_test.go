@@ -569,6 +569,43 @@ func TestCircularExponentialGrowth(t *testing.T) {
 	}
 }
 
+// TestCircularPopulate: a ring with Populate has its units' pages in memory
+// once they are taken from the source, at creation and at growth; without
+// it, none until written.
+func TestCircularPopulate(t *testing.T) {
+	for _, populate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("populate=%v", populate), func(t *testing.T) {
+			_, z := newZone(t, 8<<20, 64<<10)
+			c, err := NewCircular(z, CircularConfig{UnitSize: 64 << 10, InitialUnits: 2, MaxUnits: 4, Growth: Linear, Align: 8, Populate: populate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var units []Memory
+			for i := 0; i < 4; i++ { // never tagged nor done: the ring grows to 4
+				m, err := c.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				units = append(units, m)
+			}
+			if c.Units() != 4 {
+				t.Fatalf("%d units, want 4 (grown)", c.Units())
+			}
+			for i, m := range units {
+				want := 0
+				if populate {
+					want = len(m.Bytes()) / 4096
+				}
+				if n, err := Resident(m.Bytes()); errors.Is(err, errors.ErrUnsupported) {
+					t.Skip(err)
+				} else if err != nil || n != want {
+					t.Errorf("unit %d: %d of %d pages in memory (%v), want %d", i, n, len(m.Bytes())/4096, err, want)
+				}
+			}
+		})
+	}
+}
+
 func TestLinearCircularSegments(t *testing.T) {
 	_, z := newZone(t, 8<<20, 64<<10)
 	lc, err := NewLinearCircular(z, CircularConfig{UnitSize: 256, InitialUnits: 2, MaxUnits: 2, Align: 8})

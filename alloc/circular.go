@@ -37,6 +37,13 @@ type CircularConfig struct {
 	// Align is the alignment of LinearCircular segments. Default 8 (the
 	// record alignment of riutils); must be a power of two ≤ UnitSize.
 	Align int
+	// Populate faults each unit's pages in when the unit is taken from the
+	// source (at creation and at each growth), in one madvise (Populate),
+	// so that the ring's first lap writes no page for the first time: a
+	// fault a page otherwise, about 10 µs each on a VM. Best effort, as
+	// Populate: before Linux 5.14 the pages fault in on first touch.
+	// Default false (the ring's memory stays untouched until used).
+	Populate bool
 }
 
 // DefaultCircularConfig returns 4 units of 64 KiB growing linearly to 1024,
@@ -138,6 +145,9 @@ func (c *Circular) grow(k int) error {
 	m, err := c.src.Alloc(k * c.cfg.UnitSize)
 	if err != nil {
 		return fmt.Errorf("alloc: growing circular allocator by %d units: %w", k, err)
+	}
+	if c.cfg.Populate {
+		_ = Populate(m.Bytes())
 	}
 	fresh := make([]*unit, k)
 	for i := range fresh {

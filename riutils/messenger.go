@@ -392,8 +392,13 @@ func (p *Process) Messengers(t int) (*Messengers, error) {
 // own, and RetryAsync's helper's): any call a chunk holds fits one unit.
 func (c Config) callUnit() int { return max(256<<10, c.ChunkSize) }
 
+// newRing makes a ring that records are built in, its units populated as
+// they are taken from the zone: otherwise the first lap through a unit
+// faulted its pages in one by one under the record writes (putInner had
+// 43 % of a 2×1 MCTS run's page faults; docs/benchmarks.md, 2026-11-29,
+// late morning).
 func newRing(z *alloc.ZoneAllocator, unit int) (*alloc.LinearCircular, error) {
-	return alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: unit, InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8})
+	return alloc.NewLinearCircular(z, alloc.CircularConfig{UnitSize: unit, InitialUnits: 2, MaxUnits: 64, Growth: alloc.Linear, Align: 8, Populate: true})
 }
 
 // Flush waits until the calls RetryAsync keeps are sent (running this

@@ -47,6 +47,20 @@ func TestMessengersOpen(t *testing.T) {
 				if n := m.Stats().Opened; n != 0 || len(m.out) != 0 {
 					return fmt.Errorf("after refused Opens: %d messengers set up (%d in the map), want none", n, len(m.out))
 				}
+				// The rings calls are built in are populated as well
+				// (newRing): their first lap writes records without a
+				// fault a page.
+				for name, r := range map[string]*alloc.LinearCircular{"call": m.ring, "small-call": m.small} {
+					b, err := r.Alloc(16 << 10)
+					if err != nil {
+						return err
+					}
+					n, err := alloc.Resident(b.Bytes())
+					b.Done()
+					if err != nil || n < len(b.Bytes())/4096 {
+						return fmt.Errorf("%s ring: %d of a %d-byte segment's pages in memory before its first write (%v)", name, n, len(b.Bytes()), err)
+					}
+				}
 				dsts := make([]dsfabric.ThreadID, all)
 				for i := range dsts {
 					dsts[i] = dsfabric.ThreadID(i)
