@@ -107,6 +107,9 @@ type Process struct {
 	// beforeMessengers, set by tests only, runs before Messengers(t)
 	// makes them; an error makes it fail with that error.
 	beforeMessengers func(t int) error
+	// beforeAlloc, set by tests only, runs as an allocation request
+	// arrives, before it is served.
+	beforeAlloc func()
 }
 
 // bindWait bounds how long an allocation request waits for Bind: a peer may
@@ -189,6 +192,9 @@ type incoming struct {
 // allocChunks is the service call senders make on the receiver's process
 // (the paper's no-setup allocation: the receiving thread takes no part).
 func (p *Process) allocChunks(c *dsfabric.Call, args []byte) ([]byte, error) {
+	if p.beforeAlloc != nil {
+		p.beforeAlloc()
+	}
 	select {
 	case <-p.bound:
 	case <-time.After(bindWait):
@@ -307,9 +313,10 @@ type Messengers struct {
 	proc      *dtutils.Process // f's: Closed is checked before its memory is touched
 	self      dsfabric.ThreadID
 	out       map[dsfabric.ThreadID]*sender
-	last      *sender // the sender used last: a stream of calls skips the map
-	rx        rxState // the receiving side: polled by the thread or its Poller
-	delegated bool    // a Poller polls the receiving side
+	opening   map[dsfabric.ThreadID]*pendingOpen // allocations an Open stopped waiting for
+	last      *sender                            // the sender used last: a stream of calls skips the map
+	rx        rxState                            // the receiving side: polled by the thread or its Poller
+	delegated bool                               // a Poller polls the receiving side
 	inbox     *inbox
 	ring      *alloc.LinearCircular // records being written
 	small     *alloc.LinearCircular // records of at most smallRecord bytes

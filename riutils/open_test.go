@@ -154,3 +154,115 @@ func mappedPages(b []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TestOpenContextDuringAllocation (paper §4.4, messenger set-up): a ctx
+// that ends while the destination's process has not answered the
+// allocation ends Open's wait with ctx's error, without setting anything
+// up; the allocation is not abandoned (the destination would otherwise
+// hold chunks for this thread that it reads before those of a second
+// request): the first call afterwards takes it over, no second request
+// is made, and the call arrives.
+func TestOpenContextDuringAllocation(t *testing.T) {
+	p, err := NewProcess(dsfabric.NewHandlers(), Config{ChunkSize: 8 << 10, ChunksPerAllocation: 2, MaxChunks: 2, Policy: Fail, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	var hold atomic.Bool
+	gate := make(chan struct{})
+	p.beforeAlloc = func() {
+		requests.Add(1)
+		if hold.Load() {
+			<-gate
+		}
+	}
+	var got atomic.Int32
+	h, err := p.handlers.Register("count", func(*dsfabric.Call, []byte) ([]byte, error) {
+		got.Add(1)
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan error, 1)
+	j, err := start(context.Background(), dsfabric.Config{Procs: 1, ThreadsPerProcess: 2, Handlers: p.handlers, Logger: quiet}, p,
+		func(w *dsfabric.Worker, m *Messengers) {
+			if w.Fabric().Names().ThreadRank(w.ID()) == 1 {
+				Serve(w, m)
+				return
+			}
+			result <- func() error {
+				hold.Store(true)
+				// Without ctx honoured, Open waits for the gate: open it
+				// late rather than hang.
+				late := time.AfterFunc(3*time.Second, func() { close(gate) })
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				t0 := time.Now()
+				err := m.Open(ctx, 1)
+				waited := time.Since(t0)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || waited > 2*time.Second {
+					return fmt.Errorf("Open while the allocation is held: %v after %v, want context.DeadlineExceeded within 2 s", err, waited)
+				}
+				if n := m.Stats().Opened; n != 0 || m.out[1] != nil {
+					return fmt.Errorf("after a cancelled Open: %d messengers set up, want none", n)
+				}
+				if late.Stop() {
+					close(gate)
+				}
+				if err := m.Call(1, h, nil); err != nil {
+					return err
+				}
+				if n := requests.Load(); n != 1 {
+					return fmt.Errorf("%d allocation requests for the messenger to thread 1, want 1 (the first call takes over the one Open left)", n)
+				}
+				if n := m.Stats().Opened; n != 1 {
+					return fmt.Errorf("%d messengers set up after the call, want 1", n)
+				}
+				if err := m.Flush(); err != nil {
+					return err
+				}
+				arrive := func(n int32) error {
+					deadline := time.Now().Add(20 * time.Second)
+					for got.Load() < n {
+						if time.Now().After(deadline) {
+							return fmt.Errorf("%d of %d calls to thread 1 arrived in 20 s", got.Load(), n)
+						}
+						time.Sleep(time.Millisecond)
+					}
+					return nil
+				}
+				if err := arrive(1); err != nil {
+					return err
+				}
+				// Nothing is left pending: a messenger set up again after a
+				// shutdown asks for chunks of its own.
+				if err := m.Shutdown(context.Background(), 1); err != nil {
+					return err
+				}
+				if err := m.Call(1, h, nil); err != nil {
+					return err
+				}
+				if n := requests.Load(); n != 2 {
+					return fmt.Errorf("%d allocation requests after a shutdown and a new call, want 2", n)
+				}
+				if err := m.Flush(); err != nil {
+					return err
+				}
+				return arrive(2)
+			}()
+			Serve(w, m)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the test body did not finish in 60 s")
+	}
+}

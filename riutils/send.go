@@ -54,7 +54,7 @@ func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
 		m.last = s
 		return s, nil
 	}
-	return m.open(dst)
+	return m.open(context.Background(), dst)
 }
 
 // Open sets up the messengers to dsts now instead of on the first call to
@@ -65,11 +65,16 @@ func (m *Messengers) sender(dst dsfabric.ThreadID) (*sender, error) {
 // development VM while a job starts, which the first call to a destination
 // pays otherwise; a latency-sensitive job opens its destinations before
 // its clock starts (mcts does). Destinations already set up are skipped;
-// one that closed its messenger from this thread reports ErrClosed. ctx is
-// checked before each destination, not during its round trip: a service
-// call given up half-way would leave chunks allocated for this thread that
-// it never learnt of (a dead destination ends the round trip with
-// dsfabric.ErrRankDead). Like every use of m, Open runs on m's thread.
+// one that closed its messenger from this thread reports ErrClosed.
+//
+// When ctx ends during a round trip, Open returns its error but the
+// allocation goes on: chunks given up half-way would stay allocated for
+// this thread at the destination, which would then read them before the
+// ones a second request got. The next Open of that destination, or the
+// first call to it, takes the allocation over and waits only for what is
+// left of it (a destination that is not yet bound answers within 30 s; a
+// dead one ends the round trip with dsfabric.ErrRankDead). Like every use
+// of m, Open runs on m's thread.
 func (m *Messengers) Open(ctx context.Context, dsts ...dsfabric.ThreadID) error {
 	if m.proc.Closed() {
 		return errFabricClosed
@@ -84,15 +89,59 @@ func (m *Messengers) Open(ctx context.Context, dsts ...dsfabric.ThreadID) error 
 		if _, ok := m.out[dst]; ok {
 			continue
 		}
-		if _, err := m.open(dst); err != nil {
+		if _, err := m.open(ctx, dst); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// open sets up the messenger to dst, which has none yet.
-func (m *Messengers) open(dst dsfabric.ThreadID) (*sender, error) {
+// open sets up the messenger to dst, which has none yet, or finishes the
+// set-up an earlier Open gave up waiting for. A ctx that cannot end (the
+// first call's) waits on this goroutine; one that can waits on the
+// allocation's own, so that it can stop waiting without abandoning it.
+func (m *Messengers) open(ctx context.Context, dst dsfabric.ThreadID) (*sender, error) {
+	po := m.opening[dst]
+	if po == nil {
+		s, err := m.newSender(dst)
+		if err != nil {
+			return nil, err
+		}
+		po = &pendingOpen{s: s, done: make(chan struct{})}
+		k := m.p.cfg.ChunksPerAllocation
+		if ctx.Done() == nil {
+			po.locs, po.err = s.allocate(k)
+			return m.opened(po)
+		}
+		go func() {
+			po.locs, po.err = s.allocate(k)
+			close(po.done)
+		}()
+	}
+	select {
+	case <-po.done:
+	case <-ctx.Done():
+		if m.opening == nil {
+			m.opening = map[dsfabric.ThreadID]*pendingOpen{}
+		}
+		m.opening[dst] = po
+		return nil, fmt.Errorf("riutils: setting up the messenger to thread %d (the allocation goes on; the next use of the thread takes it over): %w", dst, ctx.Err())
+	}
+	delete(m.opening, dst)
+	return m.opened(po)
+}
+
+// pendingOpen is a messenger whose first allocation is under way; locs and
+// err are set before done is closed.
+type pendingOpen struct {
+	s    *sender
+	done chan struct{}
+	locs []alloc.Locator
+	err  error
+}
+
+// newSender makes the messenger to dst, before its first allocation.
+func (m *Messengers) newSender(dst dsfabric.ThreadID) (*sender, error) {
 	n := m.f.Names()
 	if !n.Valid(dst) {
 		return nil, fmt.Errorf("riutils: %w: thread %d", dsfabric.ErrBadThread, dst)
@@ -108,16 +157,23 @@ func (m *Messengers) open(dst dsfabric.ThreadID) (*sender, error) {
 	// The word may hold the count and acknowledgement of an earlier,
 	// shut-down messenger to dst, whose receiver writes nothing more: a
 	// stale count would let this one refill chunks not yet consumed, and a
-	// stale acknowledgement would end its own shutdown early.
+	// stale acknowledgement would end its own shutdown early. (Before the
+	// allocation: the new receiver writes it only once it has the chunks.)
 	s.fb.Store(0)
-	locs, err := s.allocate(m.p.cfg.ChunksPerAllocation)
-	if err != nil {
-		return nil, fmt.Errorf("riutils: setting up the messenger to thread %d: %w", dst, err)
+	return s, nil
+}
+
+// opened finishes the set-up of po's messenger once its allocation is
+// back; a failed one leaves nothing set up, for the next use to retry.
+func (m *Messengers) opened(po *pendingOpen) (*sender, error) {
+	s := po.s
+	if po.err != nil {
+		return nil, fmt.Errorf("riutils: setting up the messenger to thread %d: %w", s.dst, po.err)
 	}
-	s.chunks = locs
-	s.lastUse = make([]uint64, len(locs))
+	s.chunks = po.locs
+	s.lastUse = make([]uint64, len(po.locs))
 	s.mapChunk()
-	m.out[dst] = s
+	m.out[s.dst] = s
 	m.stats.Opened++
 	return s, nil
 }

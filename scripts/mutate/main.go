@@ -1427,7 +1427,7 @@ var mutations = []mutation{
 	// shuffle mapping at first use / OPEN, mcts Start, mctsbench -pretouch).
 	{Name: "riutils-open-noop", Focus: "TestMessengersOpen", Rule: "Open sets up the messengers to the threads it is given",
 		File: "riutils/send.go", Pkg: "./riutils",
-		Old: "\t\tif _, err := m.open(dst); err != nil {\n\t\t\treturn err\n\t\t}\n", New: ""},
+		Old: "\t\tif _, err := m.open(ctx, dst); err != nil {\n\t\t\treturn err\n\t\t}\n", New: ""},
 	{Name: "riutils-open-ctx-unchecked", Focus: "TestMessengersOpen", Rule: "Open with an ended context sets nothing up",
 		File: "riutils/send.go", Pkg: "./riutils",
 		Old: "\tfor _, dst := range dsts {\n\t\tif err := ctx.Err(); err != nil {\n\t\t\treturn err\n\t\t}\n", New: "\tfor _, dst := range dsts {\n"},
@@ -1491,6 +1491,15 @@ var mutations = []mutation{
 	{Name: "pretouch-negative-accepted", Focus: "TestPreTouchFlag", Rule: "-pretouch below 0 is refused",
 		File: "cmd/mctsbench/demo.go", Pkg: "./cmd/mctsbench",
 		Old: "if o.preTouch < 0 || o.preTouch > 1<<20 {", New: "if o.preTouch > 1<<20 {"},
+	{Name: "riutils-open-ignores-ctx", Focus: "TestOpenContextDuringAllocation", Rule: "Open's ctx ends its wait for the allocation",
+		File: "riutils/send.go", Pkg: "./riutils",
+		Old: "\t\tif ctx.Done() == nil {\n\t\t\tpo.locs, po.err = s.allocate(k)", New: "\t\tif true {\n\t\t\tpo.locs, po.err = s.allocate(k)"},
+	{Name: "riutils-open-abandons-allocation", Focus: "TestOpenContextDuringAllocation", Rule: "an allocation Open stopped waiting for is taken over, not requested again",
+		File: "riutils/send.go", Pkg: "./riutils",
+		Old: "\t\tm.opening[dst] = po\n", New: "\t\t_ = po\n"},
+	{Name: "riutils-open-takeover-kept", Focus: "TestOpenContextDuringAllocation", Rule: "a taken-over allocation is no longer pending",
+		File: "riutils/send.go", Pkg: "./riutils",
+		Old: "\tdelete(m.opening, dst)\n\treturn m.opened(po)", New: "\treturn m.opened(po)"},
 }
 
 func main() {
