@@ -115,6 +115,12 @@ func sleep(b *bell, sleeping *atomic.Uint32, dl int64, ready func() bool) {
 	sleeping.Store(0)
 }
 
+// hotWait is the wait of a blocked Read or Write before it sleeps on its
+// doorbell (Config.Spin).
+func (c *Conn) hotWait() dtutils.HotWait {
+	return dtutils.HotWait{Spin: min(spinAlone, c.cfg.Spin), Yield: c.cfg.Spin}
+}
+
 // Read reads what the peer wrote: at most one record's worth per call,
 // blocking until something arrives, the peer closes or dies (io.EOF once
 // everything it wrote was read), the deadline passes or Close.
@@ -124,7 +130,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	w := dtutils.HotWait{Spin: c.cfg.Spin / 4, Yield: c.cfg.Spin}
+	w := c.hotWait()
 	for {
 		if err := c.check("read", &c.rdl); err != nil {
 			return 0, err
@@ -244,7 +250,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 // room waits until n bytes past the tail are free; wmu is held.
 func (c *Conn) room(n uint64) error {
 	free := func() bool { return c.tail+n-c.tx.u64(offHead).Load() <= c.tx.size }
-	w := dtutils.HotWait{Spin: c.cfg.Spin / 4, Yield: c.cfg.Spin}
+	w := c.hotWait()
 	for {
 		if free() {
 			return nil

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -545,5 +546,56 @@ func TestHandshakeVerdicts(t *testing.T) {
 				t.Fatal("the handshake chose rings that only one side mapped")
 			}
 		})
+	}
+}
+
+// TestPollingYields: a Read that polls for data yields its processor after
+// spinAlone, so that a goroutine its own goroutine has just woken runs at
+// once. Go readies a woken goroutine to run next on the waker's processor;
+// with one processor, a reader that kept polling there (Spin 1 s) would
+// let it run only when the runtime preempts the reader, every 10–20 ms:
+// 200 hand-offs would take 2 s or more, where yielding takes microseconds
+// each. The bound of 500 ms leaves both sides two orders of magnitude.
+func TestPollingYields(t *testing.T) {
+	c, s := pairWith(t, "unix", Config{Spin: time.Second, Logger: quiet})
+	if _, ok := s.(*Conn); !ok {
+		t.Fatal("no rings between two ends in one process")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const handoffs = 200
+	woke := make(chan byte)
+	rerr := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		for range handoffs {
+			if _, err := s.Read(b[:]); err != nil {
+				rerr <- err
+				return
+			}
+			woke <- b[0] // readies the main goroutine; this one polls again
+		}
+		rerr <- nil
+	}()
+	t0 := time.Now()
+	for i := range handoffs {
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-woke:
+			if got != byte(i) {
+				t.Fatalf("hand-off %d carried %d", i, got)
+			}
+		case err := <-rerr:
+			t.Fatalf("reader: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("hand-off %d of %d not done after %v", i, handoffs, time.Since(t0))
+		}
+	}
+	if err := <-rerr; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 500*time.Millisecond {
+		t.Errorf("%d hand-offs from a polling reader to the goroutine it woke took %v on one processor, want well under 500 ms (the reader keeps its processor)", handoffs, d)
 	}
 }

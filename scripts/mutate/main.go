@@ -1500,6 +1500,9 @@ var mutations = []mutation{
 	{Name: "riutils-open-takeover-kept", Focus: "TestOpenContextDuringAllocation", Rule: "a taken-over allocation is no longer pending",
 		File: "riutils/send.go", Pkg: "./riutils",
 		Old: "\tdelete(m.opening, dst)\n\treturn m.opened(po)", New: "\treturn m.opened(po)"},
+	{Name: "rconn-poll-keeps-processor", Focus: "TestPollingYields", Rule: "a polling Read yields its processor after spinAlone",
+		File: "rconn/conn.go", Pkg: "./rconn",
+		Old: "dtutils.HotWait{Spin: min(spinAlone, c.cfg.Spin), Yield: c.cfg.Spin}", New: "dtutils.HotWait{Spin: c.cfg.Spin / 4, Yield: c.cfg.Spin}"},
 }
 
 func main() {
