@@ -32,14 +32,16 @@ type Conn struct {
 	peerGone atomic.Bool  // the control socket ended: the peer is gone
 	protoErr atomic.Value // error: the peer broke the protocol
 
-	rmu     sync.Mutex // the reading side
-	head    uint64     // next record position (this side's copy of rx head)
-	cur     uint64     // data offset of the unread payload of the current record
-	curLeft int        // unread payload bytes of the current record
-	recEnd  uint64     // position after the current record
+	rmu       sync.Mutex // the reading side
+	head      uint64     // next record position (this side's copy of rx head)
+	published uint64     // the head the writer was last shown (publish)
+	cur       uint64     // data offset of the unread payload of the current record
+	curLeft   int        // unread payload bytes of the current record
+	recEnd    uint64     // position after the current record
 
 	wmu        sync.Mutex // the writing side
 	tail       uint64     // next position this side writes at
+	headSeen   uint64     // the peer's head as last loaded: room up to it is known free
 	writeShut  bool       // CloseWrite was called
 	maxPayload int
 
@@ -136,23 +138,37 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, err
 		}
 		if c.curLeft > 0 || c.nextRecord() {
-			return c.copyOut(b), nil
+			// Every record that is ready, up to len(b), and the space
+			// they took returned once: a store to the head per record
+			// was the reader's hot spot, the line the writer polls.
+			n := c.copyOut(b)
+			for n < len(b) && c.nextRecord() {
+				n += c.copyOut(b[n:])
+			}
+			c.publish()
+			return n, nil
 		}
 		if err, ok := c.protoErr.Load().(error); ok {
 			return 0, c.opErr("read", err)
 		}
 		if c.rx.u32(offWClosed).Load() != 0 || c.peerGone.Load() {
 			if c.nextRecord() { // written before the close
-				return c.copyOut(b), nil
+				n := c.copyOut(b)
+				c.publish()
+				return n, nil
 			}
+			c.publish()
 			return 0, io.EOF
 		}
+		c.publish() // a lap's end skipped by nextRecord
 		if w.Hot() {
 			w.Wait()
 			continue
 		}
 		sleep(c.rbell, c.rx.u32(offRSleep), c.rdl.Load(), func() bool {
-			return c.nextRecord() || c.closed.Load() || c.peerGone.Load() || c.rx.u32(offWClosed).Load() != 0
+			ready := c.nextRecord()
+			c.publish() // a lap's end it skipped: the writer may wait for that room
+			return ready || c.closed.Load() || c.peerGone.Load() || c.rx.u32(offWClosed).Load() != 0
 		})
 	}
 }
@@ -172,7 +188,6 @@ func (c *Conn) nextRecord() bool {
 		n := uint32(v)
 		if n == wrapLength {
 			c.head += c.rx.size - off
-			c.release()
 			continue
 		}
 		rec := recordHeader + (uint64(n)+7)&^7
@@ -185,21 +200,26 @@ func (c *Conn) nextRecord() bool {
 	}
 }
 
-// copyOut copies from the current record into b; rmu is held.
+// copyOut copies from the current record into b, moving the head past
+// the record once it is read; rmu is held.
 func (c *Conn) copyOut(b []byte) int {
 	n := copy(b, c.rx.data[c.cur:c.cur+uint64(c.curLeft)])
 	c.cur += uint64(n)
 	c.curLeft -= n
 	if c.curLeft == 0 {
 		c.head = c.recEnd
-		c.release()
 	}
 	return n
 }
 
-// release publishes the reader's head, returning space to the writer, and
-// wakes the writer if it sleeps for space.
-func (c *Conn) release() {
+// publish shows the writer the reader's head, returning the space read
+// since the last time, and wakes the writer if it sleeps for space; rmu is
+// held.
+func (c *Conn) publish() {
+	if c.head == c.published {
+		return
+	}
+	c.published = c.head
 	c.rx.u64(offHead).Store(c.head)
 	if c.rx.u32(offWSleep).Load() != 0 {
 		ringBell(c.peerW)
@@ -247,9 +267,17 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return done, nil
 }
 
-// room waits until n bytes past the tail are free; wmu is held.
+// room waits until n bytes past the tail are free; wmu is held. It loads
+// the peer's head only when the head last seen leaves too little room: a
+// load per write was the writer's hot spot, the line the reader stores to.
 func (c *Conn) room(n uint64) error {
-	free := func() bool { return c.tail+n-c.tx.u64(offHead).Load() <= c.tx.size }
+	free := func() bool {
+		if c.tail+n-c.headSeen <= c.tx.size {
+			return true
+		}
+		c.headSeen = c.tx.u64(offHead).Load()
+		return c.tail+n-c.headSeen <= c.tx.size
+	}
 	w := c.hotWait()
 	for {
 		if free() {

@@ -599,3 +599,44 @@ func TestPollingYields(t *testing.T) {
 		t.Errorf("%d hand-offs from a polling reader to the goroutine it woke took %v on one processor, want well under 500 ms (the reader keeps its processor)", handoffs, d)
 	}
 }
+
+// TestReadTakesReadyRecords: a Read returns every record that is ready, up
+// to the length of its buffer, not one write's worth: the reader of a
+// stream of small writes makes one call per batch, and returns their space
+// to the writer once. A buffer that ends inside a record leaves the rest
+// of it for the next Read.
+func TestReadTakesReadyRecords(t *testing.T) {
+	c, s := pair(t, "unix", true)
+	if _, ok := s.(*Conn); !ok {
+		t.Fatal("no rings between two ends in one process")
+	}
+	var want []byte
+	for i, n := range []int{10, 20, 30} {
+		w := bytes.Repeat([]byte{byte('a' + i)}, n)
+		if _, err := c.Write(w); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, w...)
+	}
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 25)
+	n, err := s.Read(b)
+	if err != nil || n != 25 || !bytes.Equal(b[:n], want[:25]) {
+		t.Fatalf("Read of 25 bytes with three writes (10, 20, 30 bytes) ready: %d bytes %q, %v; want the first 25", n, b[:n], err)
+	}
+	b = make([]byte, 100)
+	n, err = s.Read(b)
+	if err != nil || n != 35 || !bytes.Equal(b[:n], want[25:]) {
+		t.Fatalf("Read of 100 bytes with 35 ready in two records: %d bytes %q, %v; want the 35", n, b[:n], err)
+	}
+	// The space they took is back: the writer fills the ring again.
+	big := make([]byte, 1<<20)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Write(big); errc <- err }()
+	if _, err := io.ReadFull(s, make([]byte, len(big))); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitErr(errc, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1503,6 +1503,15 @@ var mutations = []mutation{
 	{Name: "rconn-poll-keeps-processor", Focus: "TestPollingYields", Rule: "a polling Read yields its processor after spinAlone",
 		File: "rconn/conn.go", Pkg: "./rconn",
 		Old: "dtutils.HotWait{Spin: min(spinAlone, c.cfg.Spin), Yield: c.cfg.Spin}", New: "dtutils.HotWait{Spin: c.cfg.Spin / 4, Yield: c.cfg.Spin}"},
+	{Name: "rconn-read-one-record", Focus: "TestReadTakesReadyRecords", Rule: "a Read returns every record that is ready, up to its buffer",
+		File: "rconn/conn.go", Pkg: "./rconn",
+		Old: "\t\t\tfor n < len(b) && c.nextRecord() {", New: "\t\t\tfor n < 0 && c.nextRecord() {"},
+	{Name: "rconn-read-unpublished", Focus: "TestReadTakesReadyRecords|TestStreamBothWays", Rule: "a Read returns the space it read to the writer",
+		File: "rconn/conn.go", Pkg: "./rconn",
+		Old: "\t\t\t\tn += c.copyOut(b[n:])\n\t\t\t}\n\t\t\tc.publish()\n", New: "\t\t\t\tn += c.copyOut(b[n:])\n\t\t\t}\n"},
+	{Name: "rconn-head-never-reloaded", Focus: "TestStreamBothWays|TestReadTakesReadyRecords", Rule: "a writer short of room loads the reader's head again",
+		File: "rconn/conn.go", Pkg: "./rconn",
+		Old: "\t\tc.headSeen = c.tx.u64(offHead).Load()\n", New: ""},
 }
 
 func main() {
