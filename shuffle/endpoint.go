@@ -760,6 +760,9 @@ type recvSrc struct {
 	// that starved the consumers, below which it never shrinks.
 	epochLeft, minSpare int
 	floor               int
+	// arrivedAhead is how many buffers after next were found in their
+	// slots by the last take (they stay there until taken).
+	arrivedAhead int
 }
 
 // creditRing bounds the credit writes in flight per source.
@@ -927,11 +930,17 @@ func (r *Receiver) take(ctx context.Context, waited bool) (In, bool, error) {
 		}
 		size, flags := parseHeader(s.ring[h:])
 		depleted := flags&flagDepleted != 0
+		ahead := 0
 		if r.cfg.Adaptive {
-			spare := 0
+			// The buffers after this one that are in their slots: those
+			// counted at the last take stay there until taken, so only the
+			// rest is looked at, and each slot's header (a line the sender
+			// wrote) is loaded once rather than at every take before it.
+			spare := min(s.arrivedAhead, s.window)
 			for spare < s.window && r.arrived(s, s.next+1+uint64(spare)) {
 				spare++
 			}
+			ahead = spare
 			r.adapt(s, waited && flags&flagStalled != 0, spare)
 		}
 		if size > r.cfg.BufferBytes {
@@ -949,6 +958,7 @@ func (r *Receiver) take(ctx context.Context, waited bool) (In, bool, error) {
 		}
 		in := In{Data: data, Src: i, Depleted: depleted, seq: s.next}
 		s.next++
+		s.arrivedAhead = max(ahead-1, 0) // the first of them is the next now
 		if depleted {
 			s.ended = true
 			r.live--

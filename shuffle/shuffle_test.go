@@ -989,6 +989,59 @@ func TestSection6_AdaptiveFloor(t *testing.T) {
 	}
 }
 
+// TestSection6_AdaptiveSpareLoadedOnce (seed 004 §6): the adaptive
+// receiver counts the buffers waiting beyond the one it takes (the spare
+// its window shrinks by) without loading each waiting buffer's header again
+// at every take: a buffer found in its slot stays there until taken. Loaded
+// again, a deep window of small buffers cost hundreds of loads per buffer
+// (1 KiB buffers, Depth 2048: 360–600, the adaptive window at a third of
+// the fixed one's rate; docs/benchmarks.md, 2026-12-07).
+func TestSection6_AdaptiveSpareLoadedOnce(t *testing.T) {
+	const depth, waiting = 64, 40
+	cfg := Config{Design: WR, BufferBytes: 64, Depth: depth, Adaptive: true}
+	s := &recvSrc{window: depth, next: 1, ring: make([]byte, depth*slotBytes(cfg))}
+	s.qp = struct{ dtutils.QueuePair }{} // attached; a WR take makes no call on it
+	r := &Receiver{cfg: cfg, srcs: []*recvSrc{s}, live: 1}
+	header := func(slotOf, seq uint64) {
+		at := int((slotOf-1)%depth)*slotBytes(cfg) + cfg.BufferBytes
+		putHeader(s.ring[at:], seq, 8, 0)
+	}
+	for seq := uint64(1); seq <= waiting; seq++ {
+		header(seq, seq)
+	}
+	take := func(want uint64) {
+		t.Helper()
+		in, ok, err := r.take(testCtx(t), false)
+		if err != nil || !ok || in.seq != want {
+			t.Fatalf("take: buffer %d, %v, %v; want buffer %d", in.seq, ok, err, want)
+		}
+	}
+	take(1)
+	if s.minSpare != waiting-1 {
+		t.Fatalf("taking buffer 1 of %d: %d spare, want %d", waiting, s.minSpare, waiting-1)
+	}
+	// Buffers 3… were seen in their slots; a load of their headers now
+	// would find them gone.
+	for seq := uint64(3); seq <= waiting; seq++ {
+		header(seq, 0)
+	}
+	take(2)
+	if s.minSpare != waiting-2 {
+		t.Errorf("taking buffer 2: %d spare, want %d (the headers counted at the last take were loaded again)", s.minSpare, waiting-2)
+	}
+	// Past those, the count goes on where the last one stopped.
+	for seq := uint64(3); seq <= waiting+5; seq++ {
+		header(seq, seq)
+	}
+	take(3)
+	if s.minSpare != waiting-2 {
+		t.Errorf("after 5 more arrived: fewest spare %d, want %d", s.minSpare, waiting-2)
+	}
+	if s.arrivedAhead != waiting+5-4 {
+		t.Errorf("after taking buffer 3 of %d: %d known in their slots after buffer 4, want %d", waiting+5, s.arrivedAhead, waiting+5-4)
+	}
+}
+
 // TestSRForgedSource: an SR buffer whose immediate names a source that is
 // not the connection it came from (another process's sender) fails the
 // receiver with ErrBadBuffer instead of being counted as that source's.

@@ -1512,6 +1512,12 @@ var mutations = []mutation{
 	{Name: "rconn-head-never-reloaded", Focus: "TestStreamBothWays|TestReadTakesReadyRecords", Rule: "a writer short of room loads the reader's head again",
 		File: "rconn/conn.go", Pkg: "./rconn",
 		Old: "\t\tc.headSeen = c.tx.u64(offHead).Load()\n", New: ""},
+	{Name: "shuffle-spare-rescanned", Focus: "TestSection6_AdaptiveSpareLoadedOnce", Rule: "an adaptive take loads the headers of buffers found waiting at the last take only once",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "spare := min(s.arrivedAhead, s.window)", New: "spare := 0"},
+	{Name: "shuffle-spare-not-advanced", Focus: "TestSection6_AdaptiveSpareLoadedOnce|TestSection6_AdaptiveWindow", Rule: "the buffers known to wait are counted from the next buffer after a take",
+		File: "shuffle/endpoint.go", Pkg: "./shuffle",
+		Old: "s.arrivedAhead = max(ahead-1, 0)", New: "s.arrivedAhead = max(ahead, 0)"},
 }
 
 func main() {
