@@ -10,12 +10,22 @@ import (
 
 // BenchmarkRepartition: two processes (in this one) over shm repartition
 // 100-byte records, one sending and one receiving thread each; bytes are
-// the records each process sends.
+// the records each process sends. The 1 KiB buffers in a window of 2048
+// are where a receiver's per-buffer work over what waits (its adaptive
+// spare, SR's queue of arrivals) once grew with the lag.
 func BenchmarkRepartition(b *testing.B) {
+	type shape struct {
+		buffer, depth int
+		adaptive      bool
+	}
 	for _, d := range []Design{WR, RD, SR} {
-		for _, depth := range []int{8, 32} {
-			b.Run(fmt.Sprintf("%v/depth=%d", d, depth), func(b *testing.B) {
-				j := newJob(&testing.T{}, transports[1].make, 2, 1, 1, Config{Design: d, Depth: depth})
+		for _, w := range []shape{{16 << 10, 8, false}, {16 << 10, 32, false}, {1 << 10, 2048, false}, {1 << 10, 2048, true}} {
+			name := fmt.Sprintf("%v/buffer=%d/depth=%d", d, w.buffer, w.depth)
+			if w.adaptive {
+				name += "/adaptive"
+			}
+			b.Run(name, func(b *testing.B) {
+				j := newJob(&testing.T{}, transports[1].make, 2, 1, 1, Config{Design: d, BufferBytes: w.buffer, Depth: w.depth, Adaptive: w.adaptive})
 				rec := make([]byte, 100)
 				b.SetBytes(int64(len(rec)))
 				b.ReportAllocs()

@@ -730,11 +730,12 @@ type Receiver struct {
 	maxWindow      int
 	// SR: the receive buffers (Depth per source), which source each is
 	// handed out for (source+1; 0 while posted), and the arrivals polled
-	// and not yet handed out, in order.
-	bufs   []alloc.Memory
-	out    []int
-	landed []srArrival
-	cq     [16]dtutils.Completion
+	// and not yet handed out, in order, from landed[landedAt].
+	bufs     []alloc.Memory
+	out      []int
+	landed   []srArrival
+	landedAt int
+	cq       [16]dtutils.Completion
 }
 
 type recvSrc struct {
@@ -761,8 +762,10 @@ type recvSrc struct {
 	epochLeft, minSpare int
 	floor               int
 	// arrivedAhead is how many buffers after next were found in their
-	// slots by the last take (they stay there until taken).
+	// slots by the last take (they stay there until taken). SR: landed
+	// counts this source's arrivals polled and not yet handed out.
 	arrivedAhead int
+	landed       int
 }
 
 // creditRing bounds the credit writes in flight per source.

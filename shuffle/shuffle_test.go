@@ -1042,6 +1042,53 @@ func TestSection6_AdaptiveSpareLoadedOnce(t *testing.T) {
 	}
 }
 
+// TestSRArrivalsInOrder: the SR receiver hands out the arrivals it polled
+// in the order they landed, however many wait (a lagging receiver holds up
+// to Depth per source), and keeps each source's count of those still
+// waiting, the spare of its adaptive window (seed 004 §6).
+func TestSRArrivalsInOrder(t *testing.T) {
+	proc, err := dtutils.NewProcess(dtutils.DefaultProcessConfig(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Close() })
+	r := &Receiver{proc: proc, cfg: Config{Design: SR, BufferBytes: 64, Depth: 64, Adaptive: true}, bufs: make([]alloc.Memory, 100)}
+	for range 2 {
+		r.srcs = append(r.srcs, &recvSrc{window: 64})
+	}
+	var order []srArrival
+	for i := range 100 {
+		a := srArrival{src: i % 3 % 2, buf: i} // sources 0, 1, 0, 0, 1, 0, …
+		order = append(order, a)
+		r.landed = append(r.landed, a)
+		r.srcs[a.src].landed++
+	}
+	for k, want := range order {
+		in, ok, err := r.takeSR(false)
+		if err != nil || !ok || in.Src != want.src || in.seq != uint64(want.buf)+1 {
+			t.Fatalf("take %d: source %d, buffer %d, %v, %v; want source %d, buffer %d", k, in.Src, in.seq-1, ok, err, want.src, want.buf)
+		}
+		waiting := [2]int{}
+		for _, a := range order[k+1:] {
+			waiting[a.src]++
+		}
+		for src, s := range r.srcs {
+			if s.landed != waiting[src] {
+				t.Fatalf("after take %d: source %d has %d arrivals counted waiting, want %d", k, src, s.landed, waiting[src])
+			}
+		}
+		if k == 0 && r.srcs[0].minSpare != waiting[0] {
+			t.Errorf("the first take's spare: %d, want %d", r.srcs[0].minSpare, waiting[0])
+		}
+	}
+	if _, ok, err := r.takeSR(false); ok || err != nil {
+		t.Fatalf("a take after the last arrival: %v, %v", ok, err)
+	}
+	if len(r.landed) > 0 {
+		t.Errorf("%d arrivals kept after every one was handed out", len(r.landed))
+	}
+}
+
 // TestSRForgedSource: an SR buffer whose immediate names a source that is
 // not the connection it came from (another process's sender) fails the
 // receiver with ErrBadBuffer instead of being counted as that source's.

@@ -117,25 +117,30 @@ func (r *Receiver) takeSR(waited bool) (In, bool, error) {
 			}
 			r.out[i] = src + 1
 			r.landed = append(r.landed, srArrival{src: src, buf: i, n: c.Bytes, flags: flags})
+			r.srcs[src].landed++
 		}
 		if n < len(r.cq) {
 			break
 		}
 	}
-	if len(r.landed) == 0 {
+	if r.landedAt == len(r.landed) {
 		return In{}, false, nil
 	}
-	a := r.landed[0]
-	r.landed = r.landed[:copy(r.landed, r.landed[1:])]
+	// A queue with its head at landedAt: a receiver that lags holds up to
+	// Depth arrivals per source here, and moving them all down at every
+	// take was half of its time at 1 KiB buffers. The taken are dropped
+	// once they are half of it.
+	a := r.landed[r.landedAt]
+	r.landedAt++
+	if r.landedAt == len(r.landed) || r.landedAt > len(r.landed)/2 {
+		r.landed = r.landed[:copy(r.landed, r.landed[r.landedAt:])]
+		r.landedAt = 0
+	}
 	s := r.srcs[a.src]
+	s.landed--
 	if r.cfg.Adaptive {
-		spare := 0
-		for _, b := range r.landed {
-			if b.src == a.src {
-				spare++
-			}
-		}
-		r.adapt(s, waited && a.flags&flagStalled != 0, spare)
+		// The spare: the arrivals of this source still waiting.
+		r.adapt(s, waited && a.flags&flagStalled != 0, s.landed)
 	}
 	depleted := a.flags&flagDepleted != 0
 	if depleted {

@@ -1518,6 +1518,12 @@ var mutations = []mutation{
 	{Name: "shuffle-spare-not-advanced", Focus: "TestSection6_AdaptiveSpareLoadedOnce|TestSection6_AdaptiveWindow", Rule: "the buffers known to wait are counted from the next buffer after a take",
 		File: "shuffle/endpoint.go", Pkg: "./shuffle",
 		Old: "s.arrivedAhead = max(ahead-1, 0)", New: "s.arrivedAhead = max(ahead, 0)"},
+	{Name: "shuffle-sr-landed-not-counted-down", Focus: "TestSRArrivalsInOrder|TestSection6_AdaptiveWindow", Rule: "an SR source's waiting arrivals are counted down as they are handed out (the adaptive spare)",
+		File: "shuffle/sr.go", Pkg: "./shuffle",
+		Old: "\ts.landed--\n", New: ""},
+	{Name: "shuffle-sr-compaction-skips", Focus: "TestSRArrivalsInOrder", Rule: "dropping the handed-out SR arrivals keeps every one still waiting, in order",
+		File: "shuffle/sr.go", Pkg: "./shuffle",
+		Old: "copy(r.landed, r.landed[r.landedAt:])", New: "copy(r.landed, r.landed[min(r.landedAt+1, len(r.landed)):])"},
 }
 
 func main() {
