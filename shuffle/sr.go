@@ -132,7 +132,7 @@ func (r *Receiver) takeSR(waited bool) (In, bool, error) {
 	// once they are half of it.
 	a := r.landed[r.landedAt]
 	r.landedAt++
-	if r.landedAt == len(r.landed) || r.landedAt > len(r.landed)/2 {
+	if r.landedAt > len(r.landed)/2 { // always once every one is out
 		r.landed = r.landed[:copy(r.landed, r.landed[r.landedAt:])]
 		r.landedAt = 0
 	}
