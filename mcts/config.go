@@ -1,6 +1,7 @@
 package mcts
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -73,6 +74,10 @@ type Config struct {
 	// through (chunk size, asynchronous bytes, logger). Default: its zero
 	// value means riutils.DefaultConfig().
 	Messaging riutils.Config
+
+	// beforeOpen, when set (tests), is called by each worker thread with
+	// the context it is about to open its messengers with.
+	beforeOpen func(context.Context)
 }
 
 // DefaultConfig returns the documented defaults.

@@ -59,7 +59,8 @@ type Distributed struct {
 	base    dsfabric.ThreadID
 	workers []*worker
 	ready   chan struct{}
-	opened  sync.WaitGroup // local threads whose messengers are set up (run)
+	openCtx context.Context // Start's, while it waits for opened: the threads' Open honours it
+	opened  sync.WaitGroup  // local threads whose messengers are set up (run)
 	exited  sync.WaitGroup
 
 	phase    atomic.Pointer[phase]
@@ -140,7 +141,8 @@ type simRequest struct {
 // once: 8 MiB for 2×1 at the defaults (2 of 2 MiB), 512 MiB for 2×8, which
 // a search reaches anyway once each thread has called each other thread a
 // few MiB's worth; a large job sets smaller chunks
-// (Config.Messaging.ChunkSize).
+// (Config.Messaging.ChunkSize). ctx bounds the whole start, that set-up
+// included: once it ends, Start returns its error and closes the fabric.
 func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Distributed, error) {
 	if err := cfg.VerifyConfig(); err != nil {
 		return nil, err
@@ -203,6 +205,9 @@ func Start(ctx context.Context, game Game, cfg Config, fc dsfabric.Config) (*Dis
 	}
 	d.exited.Add(d.threads)
 	d.opened.Add(d.threads)
+	openCtx, cancelOpen := context.WithCancel(ctx)
+	defer cancelOpen() // every thread has opened (or failed to) by the time Start returns
+	d.openCtx = openCtx
 	close(d.ready)
 	if err := d.awaitOpened(ctx); err != nil {
 		f.Close()
@@ -407,7 +412,11 @@ func (d *Distributed) run(fw *dsfabric.Worker, m *riutils.Messengers) {
 		// whose nodes this one works on by calls (send): those of other
 		// processes, all with NoShortcut. Calls within the process then
 		// come only at Close (stop, stats), set up lazily.
-		err = m.Open(context.Background(), d.called()...)
+		ctx := d.openCtx
+		if d.cfg.beforeOpen != nil {
+			d.cfg.beforeOpen(ctx)
+		}
+		err = m.Open(ctx, d.called()...)
 		w.opened = m.Stats().Opened
 	}
 	d.opened.Done()

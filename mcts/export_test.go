@@ -1,6 +1,9 @@
 package mcts
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // Audit exposes the distributed search's consistency audit to the external
 // tests (which need package hexgame, which imports this package).
@@ -14,4 +17,11 @@ func OpenedAtStart(d *Distributed) []int64 {
 		n = append(n, w.opened)
 	}
 	return n
+}
+
+// WithBeforeOpen returns c with f called by each worker thread, with the
+// context it opens its messengers with, just before it does.
+func WithBeforeOpen(c Config, f func(context.Context)) Config {
+	c.beforeOpen = f
+	return c
 }

@@ -442,3 +442,37 @@ func TestStartOpensMessengers(t *testing.T) {
 		})
 	}
 }
+
+// TestStartContextDuringOpen: Start's context bounds its wait for the
+// worker threads' messengers (each an allocation round trip to the
+// destination's process): a Start whose context ends while they are being
+// set up returns its error at once, rather than when the opens end.
+func TestStartContextDuringOpen(t *testing.T) {
+	gate := make(chan struct{})
+	late := time.AfterFunc(3*time.Second, func() { close(gate) }) // without ctx honoured: no hang
+	defer func() {
+		if late.Stop() {
+			close(gate)
+		}
+	}()
+	cfg := mcts.DefaultConfig()
+	cfg.NoShortcut = true // a 1×2 job opens messengers to its own threads
+	cfg = mcts.WithBeforeOpen(cfg, func(ctx context.Context) {
+		select { // an open that takes until ctx ends
+		case <-ctx.Done():
+		case <-gate:
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	d, err := mcts.Start(ctx, hexgame.Game{}, cfg, dsfabric.Config{Procs: 1, ThreadsPerProcess: 2, Logger: quiet})
+	waited := time.Since(t0)
+	if err == nil {
+		d.Close()
+		t.Fatal("Start returned a search while its threads were still opening their messengers past its context")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || waited > 2*time.Second {
+		t.Fatalf("Start: %v after %v, want context.DeadlineExceeded within 2 s", err, waited)
+	}
+}

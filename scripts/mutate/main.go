@@ -1442,7 +1442,7 @@ var mutations = []mutation{
 		Old: "\t\t\t_, _ = alloc.MapResident(s.direct, len(s.direct))\n", New: ""},
 	{Name: "mcts-start-not-opened", Focus: "TestStartOpensMessengers", Rule: "every worker thread opens its messengers to every thread before Start returns",
 		File: "mcts/distributed.go", Pkg: "./mcts",
-		Old: "\t\terr = m.Open(context.Background(), d.called()...)\n", New: ""},
+		Old: "\t\terr = m.Open(ctx, d.called()...)\n", New: ""},
 	{Name: "mcts-start-opened-not-awaited", Focus: "TestStartOpensMessengers", Rule: "Start waits for its process's threads to open their messengers",
 		File: "mcts/distributed.go", Pkg: "./mcts",
 		Old: "\td.opened.Wait()\n", New: ""},
@@ -1524,6 +1524,12 @@ var mutations = []mutation{
 	{Name: "shuffle-sr-compaction-skips", Focus: "TestSRArrivalsInOrder", Rule: "dropping the handed-out SR arrivals keeps every one still waiting, in order",
 		File: "shuffle/sr.go", Pkg: "./shuffle",
 		Old: "copy(r.landed, r.landed[r.landedAt:])", New: "copy(r.landed, r.landed[min(r.landedAt+1, len(r.landed)):])"},
+	{Name: "mcts-start-open-background", Focus: "TestStartContextDuringOpen", Rule: "Start's context ends its threads' opening of their messengers",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "\t\tctx := d.openCtx\n", New: "\t\tctx := context.Background()\n"},
+	{Name: "mcts-start-open-ctx-kept", Focus: "TestStartContextDuringOpen", Rule: "Start waits for its threads' messengers only while its context lasts",
+		File: "mcts/distributed.go", Pkg: "./mcts",
+		Old: "\topenCtx, cancelOpen := context.WithCancel(ctx)\n", New: "\topenCtx, cancelOpen := context.WithCancel(context.Background())\n"},
 }
 
 func main() {
