@@ -31,6 +31,11 @@ const (
 	recordHeader = 4 // a record's length
 )
 
+// RecordOverhead is what a record takes in a buffer beyond its own bytes
+// (its u32 length): a buffer of BufferBytes holds records of up to
+// BufferBytes − RecordOverhead bytes.
+const RecordOverhead = recordHeader
+
 type offer struct {
 	design       Design
 	depth, bytes int

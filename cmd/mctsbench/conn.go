@@ -48,8 +48,10 @@ func connBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ss, err := parseSizes(*sizes)
-	if err != nil || *n < 10 || *mb < 1 {
-		fmt.Fprintf(stderr, "mctsbench conn: -stream-sizes, -n (≥ 10) or -stream-mb invalid: %v\n", err)
+	if !flagsOK(stderr, "conn",
+		check{err != nil, "-stream-sizes: " + errMsg(err)},
+		check{*n < 10, fmt.Sprintf("-n %d (want ≥ 10)", *n)},
+		check{*mb < 1, fmt.Sprintf("-stream-mb %d (want ≥ 1)", *mb)}) {
 		return 2
 	}
 	var out []ConnResult

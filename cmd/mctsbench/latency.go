@@ -38,8 +38,9 @@ func latency(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *size < 0 || *n < 10 {
-		fmt.Fprintln(stderr, "mctsbench latency: -size must be ≥ 0 and -n ≥ 10")
+	if !flagsOK(stderr, "latency",
+		check{*size < 0, fmt.Sprintf("-size %d (want ≥ 0)", *size)},
+		check{*n < 10, fmt.Sprintf("-n %d (want ≥ 10)", *n)}) {
 		return 2
 	}
 	var r *LatencyResult

@@ -80,6 +80,32 @@ func parseSizes(s string) ([]int, error) {
 	return out, nil
 }
 
+// check is one test of a command's flags: bad, and what to say then.
+type check struct {
+	bad bool
+	msg string
+}
+
+// flagsOK writes the first failing check's message, after the command's
+// name, and reports whether none failed.
+func flagsOK(stderr io.Writer, cmd string, cs ...check) bool {
+	for _, c := range cs {
+		if c.bad {
+			fmt.Fprintf(stderr, "mctsbench %s: %s\n", cmd, c.msg)
+			return false
+		}
+	}
+	return true
+}
+
+// errMsg is err's text, for a check that fails when err is not nil.
+func errMsg(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("micro", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -106,8 +132,10 @@ func micro(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		os.Setenv(peerProfileEnv, *cpuProfile+".peer")
 	}
 	sz, err := parseSizes(*sizes)
-	if err != nil || *n < 10 || *reps < 1 {
-		fmt.Fprintf(stderr, "mctsbench micro: -sizes, -n (≥ 10) or -reps (≥ 1) invalid: %v\n", err)
+	if !flagsOK(stderr, "micro",
+		check{err != nil, "-sizes: " + errMsg(err)},
+		check{*n < 10, fmt.Sprintf("-n %d (want ≥ 10)", *n)},
+		check{*reps < 1, fmt.Sprintf("-reps %d (want ≥ 1)", *reps)}) {
 		return 2
 	}
 	spec := rawSpec{transport: *transport, sizes: sz, n: *n, reps: *reps}

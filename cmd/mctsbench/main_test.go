@@ -194,6 +194,28 @@ func TestBadArgumentsFailClearly(t *testing.T) {
 	if code := run([]string{"micro", "-sizes", "8,x"}, nil, &out, &errb); code != 2 {
 		t.Errorf("bad sizes accepted")
 	}
+	// Each bad flag is named with its value, before any process starts.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"micro", "-n", "-1"}, "micro: -n -1 (want ≥ 10)"},
+		{[]string{"micro", "-reps", "0"}, "micro: -reps 0 (want ≥ 1)"},
+		{[]string{"micro", "-sizes", "8,x"}, `micro: -sizes: bad size "x"`},
+		{[]string{"latency", "-n", "3"}, "latency: -n 3 (want ≥ 10)"},
+		{[]string{"rdmo", "-n", "1"}, "rdmo: -n 1 (want ≥ 10)"},
+		{[]string{"conn", "-stream-mb", "0"}, "conn: -stream-mb 0 (want ≥ 1)"},
+		{[]string{"shuffle", "repartition", "-config", "x"}, `shuffle: -config "x" (want se or me)`},
+		{[]string{"shuffle", "repartition", "-buffer", "96"}, "shuffle: -buffer 96 holds no record of -record 100 (104 bytes with its length)"},
+		{[]string{"shuffle", "join", "-buffer", "36"}, "shuffle: -buffer or -depth: shuffle: bad config: BufferBytes 36"},
+		{[]string{"shuffle", "broadcast", "-depth", "5000"}, "Depth 5000 (want 1…4096)"},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := run(c.args, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), "rank") {
+			t.Errorf("%q: exit %d, %q; want exit 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
 }
 
 func TestStatistics(t *testing.T) {

@@ -67,8 +67,9 @@ func rdmoBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ks, err := parseSizes(*inits)
-	if err != nil || *n < 10 {
-		fmt.Fprintf(stderr, "mctsbench rdmo: -initiators or -n (≥ 10) invalid: %v\n", err)
+	if !flagsOK(stderr, "rdmo",
+		check{err != nil, "-initiators: " + errMsg(err)},
+		check{*n < 10, fmt.Sprintf("-n %d (want ≥ 10)", *n)}) {
 		return 2
 	}
 	var rs []RDMOResult

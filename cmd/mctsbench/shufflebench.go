@@ -98,7 +98,7 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.record, "record", 100, "bytes per record, at least 16 (repartition, broadcast)")
 	fs.IntVar(&o.orders, "orders", 200000, "orders per process (join; about 4 line items each)")
 	fs.IntVar(&o.buffer, "buffer", 16<<10, "bytes per transmission buffer, the batching threshold (the socket version batches to it too)")
-	fs.IntVar(&o.depth, "depth", 0, "buffers in flight per connection (0: the package's default, 32)")
+	fs.IntVar(&o.depth, "depth", 0, "buffers in flight per connection (0: the package's default, a window of shuffle.DefaultWindowBytes: 128 of 16 KiB; the memcpy ceiling's ring: 32)")
 	adaptive := fs.Bool("adaptive", false, "adaptive windows (seed 004 §6) instead of a fixed depth: -buffers adaptive")
 	buffers := fs.String("buffers", "fixed", "comma-separated window modes of wr, rd and sr: fixed (a window of -depth buffers), adaptive (seed 004 §6)")
 	fs.IntVar(&o.reps, "reps", 1, "runs of every implementation (and window mode), interleaved; each line is their median")
@@ -119,8 +119,19 @@ func shuffleBench(args []string, stdout, stderr io.Writer) int {
 	if *adaptive {
 		o.buffers = []string{"adaptive"}
 	}
-	if o.procs < 1 || o.threads < 1 || o.record < 16 || o.bytes < int64(o.record) || o.orders < 1 || uint64(o.orders)*uint64(o.procs) >= 1<<32 || (o.config != "se" && o.config != "me") || o.reps < 1 {
-		fmt.Fprintln(stderr, "mctsbench shuffle: -procs, -threads, -orders, -reps ≥ 1, -orders × -procs < 2³², -record ≥ 16, -mb ≥ 1, -config se|me")
+	// The endpoints' own limits on -buffer and -depth, checked here rather
+	// than in every rank once the job has started.
+	bufErr := shuffle.Config{BufferBytes: o.buffer, Depth: o.depth}.VerifyConfig()
+	if !flagsOK(stderr, "shuffle",
+		check{o.procs < 1, fmt.Sprintf("-procs %d (want ≥ 1)", o.procs)},
+		check{o.threads < 1, fmt.Sprintf("-threads %d (want ≥ 1)", o.threads)},
+		check{o.reps < 1, fmt.Sprintf("-reps %d (want ≥ 1)", o.reps)},
+		check{o.record < 16, fmt.Sprintf("-record %d (want ≥ 16)", o.record)},
+		check{o.bytes < int64(o.record), fmt.Sprintf("-mb %d (want ≥ 1)", *mb)},
+		check{o.orders < 1 || uint64(o.orders)*uint64(o.procs) >= 1<<32, fmt.Sprintf("-orders %d (want ≥ 1, and -orders × -procs < 2³²)", o.orders)},
+		check{o.config != "se" && o.config != "me", fmt.Sprintf("-config %q (want se or me)", o.config)},
+		check{o.pattern != "join" && o.buffer < shuffle.RecordOverhead+o.record, fmt.Sprintf("-buffer %d holds no record of -record %d (%d bytes with its length)", o.buffer, o.record, shuffle.RecordOverhead+o.record)},
+		check{bufErr != nil, "-buffer or -depth: " + errMsg(bufErr)}) {
 		return 2
 	}
 	for _, b := range o.buffers {
