@@ -524,7 +524,8 @@ func TestRingCorruptCellNoSpin(t *testing.T) {
 // enqueues while it goes to sleep must wake it. One producer and one
 // consumer on their own OS threads hand entries over one at a time, so
 // that every hand-off races the consumer's way to sleep; a sleep that
-// lasted its whole timeout while an entry waited is a lost wake-up. Before
+// lasted its whole timeout while an entry waited and nobody rang the bell
+// is a lost wake-up. Before
 // ring.wake fenced its load of the sleeper count behind the entry's store,
 // a few in every 300 000 hand-offs were lost (each one a 50 ms stall of a
 // worker in a real job). Under -race the store is a locked exchange and
@@ -541,7 +542,7 @@ func TestDoorbellNoLostWakeup(t *testing.T) {
 	}
 	// Long enough that a consumer thread woken in time is never this late.
 	const timeout = 200 * time.Millisecond
-	var taken atomic.Int64
+	var taken, late atomic.Int64
 	lost := make(chan int, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -554,10 +555,18 @@ func TestDoorbellNoLostWakeup(t *testing.T) {
 				taken.Store(int64(c))
 				continue
 			}
-			t0 := time.Now()
+			t0, rung := time.Now(), r.bell().Load()
 			r.sleep(timeout, func() bool { return !r.empty() })
 			if time.Since(t0) >= timeout && !r.empty() {
-				k++
+				// Lost only if nobody rang: a bell rung during the sleep
+				// is a wake-up the OS delivered late (a loaded machine can
+				// leave a woken thread waiting for a core this long; CI
+				// once counted two while benchmarks ran beside it).
+				if r.bell().Load() == rung {
+					k++
+				} else {
+					late.Add(1)
+				}
 			}
 		}
 		lost <- k
@@ -579,6 +588,9 @@ func TestDoorbellNoLostWakeup(t *testing.T) {
 		}
 	}
 	if k := <-lost; k > 0 {
-		t.Fatalf("%d of %d hand-offs left the consumer asleep for its whole %v timeout with an entry waiting (lost wake-ups)", k, n, timeout)
+		t.Fatalf("%d of %d hand-offs left the consumer asleep for its whole %v timeout with an entry waiting and the bell not rung (lost wake-ups)", k, n, timeout)
+	}
+	if n := late.Load(); n > 0 {
+		t.Logf("%d wake-ups rung in time reached the consumer only after its %v timeout (scheduling, not the protocol)", n, timeout)
 	}
 }
