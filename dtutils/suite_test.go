@@ -149,6 +149,14 @@ func TestTransportSuite(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) { runSuite(t, tr.make) })
 	}
+	// tcp with Progress on its readiness path from the first connection
+	// (a process reaches it from two): the same suite.
+	t.Run("tcp-ready", func(t *testing.T) {
+		runSuite(t, func(t testing.TB, pa, pb *Process) (Provider, Provider) {
+			pa.progress.watchFrom, pb.progress.watchFrom = 1, 1
+			return transports[1].make(t, pa, pb)
+		})
+	})
 }
 
 func runSuite(t *testing.T, mk func(testing.TB, *Process, *Process) (Provider, Provider)) {

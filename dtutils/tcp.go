@@ -566,6 +566,14 @@ func (q *tcpQP) progress() bool {
 	return did
 }
 
+// readFD is the socket, or -1 for a queue pair over a link (ofi's frames).
+func (q *tcpQP) readFD() int {
+	if q.link != nil {
+		return -1
+	}
+	return q.fd
+}
+
 func (q *tcpQP) idle() {
 	select {
 	case q.hint <- struct{}{}:
