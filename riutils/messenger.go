@@ -110,6 +110,10 @@ type Process struct {
 	// beforeAlloc, set by tests only, runs as an allocation request
 	// arrives, before it is served.
 	beforeAlloc func()
+	// retryWaits, set by tests only (from a running thread, hence atomic),
+	// runs when a call with policy Retry starts waiting for its
+	// destination to consume.
+	retryWaits atomic.Pointer[func()]
 }
 
 // bindWait bounds how long an allocation request waits for Bind: a peer may

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,22 +171,37 @@ func TestMessengerRetryResumes(t *testing.T) {
 	var seq sequence
 	var h dsfabric.HandlerID
 	const n = 20000
+	armed, blocked, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	twoThreads(t, cfg, func(hs *dsfabric.Handlers) { h, _ = hs.Register("seq", seq.handler) },
 		func(m *Messengers) error {
-			time.Sleep(200 * time.Millisecond) // the sender fills up and waits (no signal crosses a blocked Retry)
+			hook := func() { once.Do(func() { close(blocked) }) }
+			m.p.retryWaits.Store(&hook)
+			close(armed)
+			// Stopped until the sender fills the messenger and waits.
+			select {
+			case <-blocked:
+			case <-finished:
+				return errors.New("the sender finished without waiting for the stopped receiver")
+			case <-time.After(30 * time.Second):
+				return errors.New("the sender never waited for the stopped receiver")
+			}
 			return awaitCalls(m, &seq, n, time.Now().Add(30*time.Second), "Retry must resume and deliver every call once, in order")
 		},
 		func(m *Messengers) error {
+			<-armed
+			defer close(finished)
 			var args [8]byte
-			t0 := time.Now()
 			for i := 0; i < n; i++ {
 				binary.LittleEndian.PutUint64(args[:], uint64(i))
 				if err := m.Call(0, h, args[:]); err != nil {
 					return err
 				}
 			}
-			if time.Since(t0) < 100*time.Millisecond {
-				return errors.New("the sender never waited for the stopped receiver")
+			select {
+			case <-blocked:
+			default:
+				return errors.New("every call went through without waiting for the stopped receiver")
 			}
 			if c := len(m.out[0].chunks); c > cfg.MaxChunks {
 				return fmt.Errorf("%d chunks, above MaxChunks %d", c, cfg.MaxChunks)

@@ -364,6 +364,7 @@ func (s *sender) rotate(policy Policy) error {
 	cfg := s.m.p.cfg
 	next := (s.cur + 1) % len(s.chunks)
 	b := dtutils.Backoff{Idle: s.m.f.Process().Idle}
+	waited := false
 	for !s.free(next) {
 		if len(s.chunks) < cfg.MaxChunks {
 			locs, err := s.allocate(min(cfg.ChunksPerAllocation, cfg.MaxChunks-len(s.chunks)))
@@ -389,6 +390,10 @@ func (s *sender) rotate(policy Policy) error {
 		if _, err := s.m.f.Transmitter(s.rank); err != nil {
 			return err // the destination died
 		}
+		if hook := s.m.p.retryWaits.Load(); hook != nil && !waited {
+			(*hook)()
+		}
+		waited = true
 		if s.m.Poll() > 0 { // keep our own callers going while we wait
 			b.Reset()
 		} else {
