@@ -81,6 +81,7 @@ fuzz:
 # runs the package's tests and prints which test caught it; fails when one
 # survives or is caught after 60 s. docs/reliability.md has the table.
 mutate:
+	mkdir -p $(BIN)
 	$(GO) run ./scripts/mutate -md $(BIN)/mutate.md
 
 # Statement coverage per package from one profile (bin/cover.out), the

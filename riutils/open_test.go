@@ -42,6 +42,9 @@ func TestMessengersOpen(t *testing.T) {
 				if err := m.Open(cancelled, 0); !errors.Is(err, context.Canceled) {
 					return fmt.Errorf("Open with a cancelled context: %v, want context.Canceled", err)
 				}
+				if len(m.opening) != 0 {
+					return errors.New("Open with a cancelled context started an allocation")
+				}
 				if err := m.Open(context.Background(), dsfabric.ThreadID(all)); !errors.Is(err, dsfabric.ErrBadThread) {
 					return fmt.Errorf("Open of thread %d of %d: %v, want ErrBadThread", all, all, err)
 				}
