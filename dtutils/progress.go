@@ -73,7 +73,6 @@ const defaultWatchFrom = 4
 
 // progressSet is one version of a process's engines.
 type progressSet struct {
-	all     []progressor        // every engine, in the order added
 	plain   []progressor        // engines without a descriptor
 	watched []watchedEngine     // engines with one
 	byID    map[int32]watchable // watched, by id, when ready is in use
@@ -132,11 +131,9 @@ func (l *progressList) add(p progressor) {
 	defer l.mu.Unlock()
 	next := &progressSet{}
 	if cur := l.list.Load(); cur != nil {
-		next.all = append(next.all, cur.all...)
 		next.plain = append(next.plain, cur.plain...)
 		next.watched = append(next.watched, cur.watched...)
 	}
-	next.all = append(next.all, p)
 	if w, ok := p.(watchable); ok && w.readFD() >= 0 {
 		we := watchedEngine{id: l.nextID, fd: w.readFD(), e: w}
 		l.nextID++
@@ -159,11 +156,6 @@ func (l *progressList) remove(p progressor) {
 		return
 	}
 	next := &progressSet{}
-	for _, q := range cur.all {
-		if q != p {
-			next.all = append(next.all, q)
-		}
-	}
 	for _, q := range cur.plain {
 		if q != p {
 			next.plain = append(next.plain, q)
@@ -231,16 +223,27 @@ func (l *progressList) store(next *progressSet) {
 // several one epoll_wait and a read of each readable one.
 func (p *Process) Progress() int {
 	s := p.progress.list.Load()
-	if s == nil || len(s.all) == 0 {
+	if s == nil || len(s.plain)+len(s.watched) == 0 {
 		return 0
 	}
 	p.progress.calls.Add(1)
-	if s.ready != nil {
-		return s.progressReady()
-	}
 	n := 0
-	for _, e := range s.all {
+	for _, e := range s.plain {
 		if e.progress() {
+			n++
+		}
+	}
+	if s.ready != nil {
+		return n + s.progressReady()
+	}
+	return n + s.progressEach()
+}
+
+// progressEach drives every watchable engine: a read of each.
+func (s *progressSet) progressEach() int {
+	n := 0
+	for _, w := range s.watched {
+		if w.e.progress() {
 			n++
 		}
 	}
@@ -251,26 +254,16 @@ func (p *Process) Progress() int {
 // rest are reported again at the next (level-triggered, in turn).
 const readyBatch = 32
 
-// progressReady is Progress with several watchable engines: those the
-// kernel reports readable make progress (read and write), the others only
-// write what is queued.
+// progressReady drives the watchable engines from the threshold: those
+// the kernel reports readable make progress (read and write), the others
+// only write what is queued.
 func (s *progressSet) progressReady() int {
-	n := 0
-	for _, e := range s.plain {
-		if e.progress() {
-			n++
-		}
-	}
 	var evs [readyBatch]unix.EpollEvent
 	k, ok := s.ready.wait(evs[:])
 	if !ok {
-		for _, w := range s.watched {
-			if w.e.progress() {
-				n++
-			}
-		}
-		return n
+		return s.progressEach()
 	}
+	n := 0
 	for _, ev := range evs[:k] {
 		// An engine registered after s was loaded is not in it: it is read
 		// at the next call.
@@ -291,8 +284,11 @@ func (s *progressSet) progressReady() int {
 // itself from now on, instead of after its stand-by interval.
 func (p *Process) Idle() {
 	if l := p.progress.list.Load(); l != nil {
-		for _, e := range l.all {
+		for _, e := range l.plain {
 			e.idle()
+		}
+		for _, w := range l.watched {
+			w.e.idle()
 		}
 	}
 }

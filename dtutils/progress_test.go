@@ -14,7 +14,7 @@ import (
 // engines returns how many progress engines p has.
 func engines(p *Process) int {
 	if l := p.progress.list.Load(); l != nil {
-		return len(l.all)
+		return len(l.plain) + len(l.watched)
 	}
 	return 0
 }
