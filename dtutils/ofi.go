@@ -694,7 +694,10 @@ func (p *ofiProvider) engine() {
 			return
 		}
 		p.watching.Store(true)
-		mark, since := p.calls.Load(), time.Now()
+		// The bound does not grow here: the wait holds epLife, which an
+		// endpoint's close in any provider of the process waits for, and
+		// one engine per provider wakes 50 times a second at most.
+		w := newWatch(p.calls, watchTimeout)
 		b := Backoff{}
 		for {
 			did := p.poll()
@@ -719,15 +722,12 @@ func (p *ofiProvider) engine() {
 			switch {
 			case did:
 				b.Reset()
-			case !p.block(pfd):
+				w.waited(true)
+			case !p.block(pfd, &w):
 				b.Wait()
 			}
-			if time.Since(since) >= standBy {
-				now := p.calls.Load()
-				if now-mark >= activeCalls {
-					break
-				}
-				mark, since = now, time.Now()
+			if w.pollersBack() {
+				break
 			}
 		}
 		p.watching.Store(false)
@@ -736,10 +736,10 @@ func (p *ofiProvider) engine() {
 }
 
 // block waits in poll(2) until the completion queue's wait descriptor
-// says there may be completions, a kick, or watchTimeout; it reports
+// says there may be completions, a kick, or w's bound; it reports
 // false, having waited for nothing, when the provider has no wait
 // descriptor or fi_trywait says to poll again first.
-func (p *ofiProvider) block(pfd []unix.PollFd) bool {
+func (p *ofiProvider) block(pfd []unix.PollFd, w *watch) bool {
 	if pfd[0].Fd < 0 {
 		return false
 	}
@@ -748,7 +748,8 @@ func (p *ofiProvider) block(pfd []unix.PollFd) bool {
 	if !p.epOpen || C.sof_trywait(p.s) != 0 {
 		return false
 	}
-	unix.Poll(pfd, watchTimeout)
+	n, _ := unix.Poll(pfd, w.timeout)
+	w.waited(n != 0)
 	if pfd[1].Revents != 0 {
 		var b [8]byte
 		unix.Read(p.efd, b[:])

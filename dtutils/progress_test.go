@@ -3,6 +3,7 @@ package dtutils
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -352,5 +353,56 @@ func BenchmarkProgressIdle(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestWatchBound: a watching engine's wait in poll(2) doubles while
+// nothing happens, up to its maximum, and is back at watchTimeout after
+// anything happened; threads count as polling again by their rate of
+// Progress calls, not by a count that one long wait would always reach.
+func TestWatchBound(t *testing.T) {
+	var calls atomic.Uint64
+	w := newWatch(&calls, 160)
+	var got []int
+	for range 5 {
+		got = append(got, w.timeout)
+		w.waited(false)
+	}
+	if want := []int{watchTimeout, 40, 80, 160, 160}; !slices.Equal(got, want) {
+		t.Fatalf("bounds of empty waits: %v, want %v", got, want)
+	}
+	w.waited(true)
+	if w.timeout != watchTimeout {
+		t.Fatalf("after an eventful wait the bound is %d ms, want %d", w.timeout, watchTimeout)
+	}
+
+	// Less than standBy since the count began: too early to say.
+	w = newWatch(&calls, 160)
+	calls.Add(1 << 20)
+	if w.since = time.Now().Add(standBy / 2); w.pollersBack() { // ahead: the look comes early whatever the scheduler does
+		t.Fatal("pollersBack before standBy passed")
+	}
+	// A thread sleeping on a 1 ms timer over a one-second wait: a thousand
+	// calls, far over activeCalls, but not a polling rate.
+	w = newWatch(&calls, 160)
+	w.since = time.Now().Add(-time.Second)
+	calls.Add(1000)
+	if w.pollersBack() {
+		t.Fatal("1000 Progress calls in a second counted as polling")
+	}
+	if w.mark != calls.Load() || time.Since(w.since) > time.Second/2 {
+		t.Fatal("the count did not start again after a look that found no pollers")
+	}
+	// Polling threads: twice the rate over the same second.
+	w.since = time.Now().Add(-time.Second)
+	calls.Add(2 * activeCalls * 1000 / watchTimeout)
+	if !w.pollersBack() {
+		t.Fatal("polling threads (twice activeCalls per watchTimeout) not noticed")
+	}
+	// Within watchTimeout, activeCalls are enough.
+	w.since = time.Now().Add(-2 * standBy)
+	calls.Add(activeCalls)
+	if !w.pollersBack() {
+		t.Fatal("activeCalls Progress calls over 2 ms not counted as polling")
 	}
 }

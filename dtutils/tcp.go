@@ -127,7 +127,7 @@ func (p *tcpProvider) NewQueuePair() (QueuePair, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
-	q := &tcpQP{prov: p, token: randomToken(), incoming: make(chan net.Conn, 1), hint: make(chan struct{}, 1), done: make(chan struct{}), fd: -1, efd: -1}
+	q := &tcpQP{prov: p, token: randomToken(), incoming: make(chan net.Conn, 1), hint: make(chan struct{}, 1), done: make(chan struct{}), fd: -1, efd: -1, watchMax: watchTimeoutMax}
 	q.acct.max = uint64(p.proc.cfg.MaxUnsignaled)
 	q.cq = newMemCQ(&q.acct)
 	q.cq.progress = q.progress
@@ -239,6 +239,11 @@ type tcpQP struct {
 	// streamed payload is copied into memory: a test holds the engine
 	// there to check that Close waits for it.
 	applying func()
+	// watchWait, when set (tests only), is told the bound of each poll(2)
+	// of the watching engine before it waits; watchMax is the most it may
+	// grow to (watchTimeoutMax, lower in tests).
+	watchWait func(ms int)
+	watchMax  int
 
 	hint      chan struct{} // Process.Idle: watch now
 	done      chan struct{}
@@ -592,9 +597,14 @@ const (
 	activeCalls = 32
 )
 
-// watchTimeout bounds one poll(2) of a watching engine, so that it notices
-// pollers coming back without traffic.
-const watchTimeout = 20 // ms
+// watchTimeout bounds the first poll(2) of a watching engine, and the
+// first after anything happened, so that it notices pollers coming back
+// soon; each empty wait doubles the bound up to watchTimeoutMax (see
+// watch). A second at most: an idle connection costs one wake-up a second.
+const (
+	watchTimeout    = 20   // ms
+	watchTimeoutMax = 1000 // ms
+)
 
 // engine makes progress on the queue pair when no thread of the process
 // does: it stands by while Progress is called at a polling rate, and
@@ -611,7 +621,7 @@ func (q *tcpQP) engine() {
 		}
 		// Watch: this goroutine is the progress engine now.
 		q.watching.Store(true)
-		mark, since := calls.Load(), time.Now()
+		w := newWatch(calls, q.watchMax)
 		for {
 			q.rx.mu.Lock()
 			_, err := q.drain(0)
@@ -632,7 +642,12 @@ func (q *tcpQP) engine() {
 				q.watching.Store(false)
 				return
 			}
-			_, err = unix.Poll(pfd, watchTimeout)
+			if q.watchWait != nil {
+				q.watchWait(w.timeout)
+			}
+			var n int
+			n, err = unix.Poll(pfd, w.timeout) // n < 0 on EINTR: counted as an event
+			w.waited(n != 0)
 			if pfd[1].Revents != 0 {
 				unix.Read(q.efd, eb[:])
 				q.kicked.Store(false)
@@ -649,12 +664,8 @@ func (q *tcpQP) engine() {
 				q.fail(fmt.Errorf("%w: rank %d: poll: %v", ErrConnectionLost, q.peerRank, err))
 				return
 			}
-			if time.Since(since) >= standBy {
-				now := calls.Load()
-				if now-mark >= activeCalls && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) == 0 {
-					break // threads poll again: they make the progress
-				}
-				mark, since = now, time.Now()
+			if pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) == 0 && w.pollersBack() {
+				break // threads poll again: they make the progress
 			}
 		}
 		q.watching.Store(false)

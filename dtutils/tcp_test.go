@@ -621,3 +621,79 @@ func TestTCPCloseWaitsForApply(t *testing.T) {
 		t.Fatal("Close returned while the engine was still writing into memory")
 	}
 }
+
+// TestTCPIdleEngineBacksOff: an engine watching an idle connection waits
+// longer and longer in poll(2) (it woke 50 times a second per connection:
+// 7 % of a core per process in an idle 16-process job), is back at its
+// shortest wait after traffic, and still leaves its wait at once for a
+// write and for Close.
+func TestTCPIdleEngineBacksOff(t *testing.T) {
+	type look struct {
+		ms int
+		at time.Time
+	}
+	bounds := make(chan look, 1024)
+	w := newWritePair(t, transports[1].make, 4096, func(_, qb QueuePair) {
+		q := qb.(*tcpQP)
+		q.watchMax = 1 << 30 // no cap within the test: the bound only doubles
+		q.watchWait = func(ms int) {
+			select {
+			case bounds <- look{ms, time.Now()}:
+			default:
+			}
+		}
+	})
+	defer w.a.Close()
+	// next returns the bound of the engine's next wait.
+	next := func(what string) look {
+		t.Helper()
+		select {
+		case w := <-bounds:
+			return w
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the engine made no wait in 10 s", what)
+		}
+		return look{}
+	}
+	// Nobody polls: after the connection's own traffic the engine's waits
+	// double from watchTimeout. 20+40+80+160 ms pass before the 320.
+	// grow waits until the bound reaches ms, checking each step.
+	grow := func(ms int, what string) {
+		t.Helper()
+		prev := next(what)
+		for i := 0; prev.ms < ms; i++ {
+			if i == 30 {
+				t.Fatalf("%s: after 30 waits the bound is %d ms, short of %d", what, prev.ms, ms)
+			}
+			b := next(what)
+			switch {
+			case b.ms == watchTimeout: // the wait ended on an event
+			case b.ms != 2*prev.ms:
+				t.Fatalf("%s: an empty wait of %d ms was followed by one of %d", what, prev.ms, b.ms)
+			case b.at.Sub(prev.at) < time.Duration(prev.ms)*time.Millisecond:
+				// poll(2) ends early only on an event, which resets the bound
+				t.Fatalf("%s: an empty wait bounded at %d ms took %v", what, prev.ms, b.at.Sub(prev.at))
+			}
+			prev = b
+		}
+	}
+	grow(320, "idle")
+	// A write wakes it from that wait; the next is short again.
+	fill(w.src.Bytes(), 3)
+	if err := w.qa.Post(WorkRequest{Op: OpWrite, Local: w.src, Remote: w.dst, Signaled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c := wait(t, w.qa.CQ()); c.Status != StatusSuccess {
+		t.Fatalf("write: %v", c.Status)
+	}
+	if b := next("after a write"); b.ms != watchTimeout {
+		t.Fatalf("after a write the engine waits up to %d ms, want %d", b.ms, watchTimeout)
+	}
+	// Close ends a long wait at once: let it grow to 1280 ms, then close.
+	grow(1280, "idle again")
+	start := time.Now()
+	w.b.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Close took %v: it waited for the engine's poll(2) to time out", d)
+	}
+}
