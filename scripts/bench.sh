@@ -94,9 +94,10 @@ fi
   "$BIN/mctsbench" shuffle join -orders 500000 -reps 5 -json
   "$BIN/mctsbench" shuffle join -orders 2000000 -reps 5 -json; } > "$OUT/shuffle.json"
 cat "$OUT/shuffle.json"
-echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups; then over tcp beside plain Go TCP"
+echo "== idle cost: an idle 2-process job, 10 s window, then wake-ups; then over tcp beside plain Go TCP; then 8 processes over tcp (14 connections each)"
 { "$BIN/mctsbench" idle -duration 10s -json
-  "$BIN/mctsbench" idle -duration 2s -wakes 30 -transport tcp -json; } > "$OUT/idle.json"
+  "$BIN/mctsbench" idle -duration 2s -wakes 30 -transport tcp -json
+  "$BIN/mctsbench" idle -procs 8 -duration 5s -wakes 0 -transport tcp -json; } > "$OUT/idle.json"
 cat "$OUT/idle.json"
 echo "== Fig. 3: MCTS scaling"
 "$BIN/mctsbench" scale -json -png docs/img/scale.png > "$OUT/scale.json"

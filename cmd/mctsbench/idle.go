@@ -25,6 +25,7 @@ import (
 type IdleResult struct {
 	Mode      string  `json:"mode"`
 	Transport string  `json:"transport"`
+	Procs     int     `json:"procs,omitempty"` // processes of the job (mode idle)
 	Rank      int     `json:"rank,omitempty"`
 	WindowS   float64 `json:"window_s,omitempty"`
 	CPUShare  float64 `json:"cpu_share,omitempty"` // CPU seconds per second of the window, of one process
@@ -45,13 +46,13 @@ func idle(args []string, stdout, stderr io.Writer) int {
 	window := fs.Duration("duration", 10*time.Second, "measurement window")
 	hot := fs.Duration("hot", 0, "Config.HotPeriod of the job (0: the default)")
 	transport := fs.String("transport", "", "\"\" (automatic), shm, tcp or ofi")
-	wakes := fs.Int("wakes", 20, "round trips to a worker idle for 100 ms before each")
+	wakes := fs.Int("wakes", 20, "round trips to a worker idle for 100 ms before each (0: measure the CPU share only)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *procs < 2 || *window <= 0 || *wakes < 1 {
-		fmt.Fprintln(stderr, "mctsbench idle: -procs ≥ 2, -duration > 0, -wakes ≥ 1")
+	if *procs < 2 || *window <= 0 || *wakes < 0 {
+		fmt.Fprintf(stderr, "mctsbench idle: -procs %d, -duration %v, -wakes %d: want -procs ≥ 2, -duration > 0, -wakes ≥ 0\n", *procs, *window, *wakes)
 		return 2
 	}
 	rs, err := runIdle(*procs, *window, *hot, *transport, *wakes, stderr)
@@ -134,8 +135,28 @@ func runIdle(procs int, window, hot time.Duration, transport string, wakes int, 
 	wall := time.Since(t0).Seconds()
 	var out []IdleResult
 	for r := range c0 {
-		out = append(out, IdleResult{Mode: "idle", Transport: f.Transports(), Rank: r, WindowS: wall, CPUShare: float64(c1[r]-c0[r]) / 1e9 / wall})
+		out = append(out, IdleResult{Mode: "idle", Transport: f.Transports(), Procs: procs, Rank: r, WindowS: wall, CPUShare: float64(c1[r]-c0[r]) / 1e9 / wall})
 	}
+	if wakes > 0 {
+		w, err := idleWakes(ctx, f, src, hEcho, wakes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w...)
+	}
+	for r := 1; r < procs; r++ {
+		if err := f.CallService(src, r, hStop, nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// idleWakes times calls to a worker that idled before each (rank 1's
+// first thread), then the operating system's floor beside them: a plain
+// pipe round trip, and over tcp a plain Go TCP one, after the same idle.
+func idleWakes(ctx context.Context, f *dsfabric.Fabric, src dsfabric.ThreadID, hEcho dsfabric.HandlerID, wakes int) ([]IdleResult, error) {
+	var out []IdleResult
 	dst, _ := f.Names().Thread(1, 0)
 	wake, err := afterIdle("wake", f.Transports(), wakes, func(i int) error {
 		_, err := f.CallReturn(ctx, src, dst, hEcho, []byte{byte(i)})
@@ -156,11 +177,6 @@ func runIdle(procs int, window, hot time.Duration, transport string, wakes int, 
 			return nil, err
 		}
 		out = append(out, tw)
-	}
-	for r := 1; r < procs; r++ {
-		if err := f.CallService(src, r, hStop, nil, nil); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
 }

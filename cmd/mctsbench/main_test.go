@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -330,28 +331,30 @@ func TestLatencySmoke(t *testing.T) {
 	}
 }
 
-// TestIdleMeasures runs mctsbench idle for real (two self-launched
-// processes, a 1 s window): one CPU share per rank, plausible for an idle
-// process, then the wake-up round trips, with the plain Go TCP peer's over
-// tcp.
+// TestIdleMeasures runs mctsbench idle for real (self-launched processes,
+// a 1 s window): one CPU share per rank, plausible for an idle process,
+// then the wake-up round trips, with the plain Go TCP peer's over tcp, or
+// with -wakes 0 none.
 func TestIdleMeasures(t *testing.T) {
 	for _, tc := range []struct {
-		transport string
-		modes     []string // after the two idle lines
+		transport    string
+		procs, wakes int
+		modes        []string // after the idle lines
 	}{
-		{"shm", []string{"wake", "pipe-wake"}},
-		{"tcp", []string{"wake", "pipe-wake", "tcp-plain-wake"}},
+		{"shm", 2, 3, []string{"wake", "pipe-wake"}},
+		{"tcp", 2, 3, []string{"wake", "pipe-wake", "tcp-plain-wake"}},
+		{"tcp", 3, 0, nil},
 	} {
-		t.Run(tc.transport, func(t *testing.T) {
-			args := []string{"idle", "-duration", "1s", "-wakes", "3", "-transport", tc.transport, "-json"}
+		t.Run(fmt.Sprintf("%s-%d", tc.transport, tc.procs), func(t *testing.T) {
+			args := []string{"idle", "-procs", strconv.Itoa(tc.procs), "-duration", "1s", "-wakes", strconv.Itoa(tc.wakes), "-transport", tc.transport, "-json"}
 			t.Setenv(microArgsEnv, strings.Join(args, " "))
 			var out, errb bytes.Buffer
 			if code := run(args, nil, &out, &errb); code != 0 {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 2+len(tc.modes) {
-				t.Fatalf("want 2 idle lines and %v, got %q", tc.modes, out.String())
+			if len(lines) != tc.procs+len(tc.modes) {
+				t.Fatalf("want %d idle lines and %v, got %q", tc.procs, tc.modes, out.String())
 			}
 			for i, l := range lines {
 				var r IdleResult
@@ -359,10 +362,10 @@ func TestIdleMeasures(t *testing.T) {
 					t.Fatalf("bad line %q: %v", l, err)
 				}
 				switch {
-				case i < 2 && (r.Mode != "idle" || r.Rank != i || r.Transport != tc.transport || r.WindowS < 1 || r.CPUShare <= 0 || r.CPUShare > 1):
+				case i < tc.procs && (r.Mode != "idle" || r.Rank != i || r.Procs != tc.procs || r.Transport != tc.transport || r.WindowS < 1 || r.CPUShare <= 0 || r.CPUShare > 1):
 					t.Fatalf("idle line %d: %+v", i, r)
-				case i >= 2 && (r.Mode != tc.modes[i-2] || r.N != 3 || r.P50ns <= 0 || r.MaxNs < r.P50ns):
-					t.Fatalf("line %d: %+v, want mode %s", i, r, tc.modes[i-2])
+				case i >= tc.procs && (r.Mode != tc.modes[i-tc.procs] || r.N != tc.wakes || r.P50ns <= 0 || r.MaxNs < r.P50ns):
+					t.Fatalf("line %d: %+v, want mode %s", i, r, tc.modes[i-tc.procs])
 				}
 			}
 		})

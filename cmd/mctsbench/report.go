@@ -604,11 +604,25 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 	goal(&w, "latency p50 at 8 B (µs)", ours/1000, 2, false)
 	goal(&w, "net/rpc p50 / ours", over(netrpcLat, ours), 10, true)
 	if len(d.idle) > 0 {
-		// make bench runs mctsbench idle twice: on one machine's default
-		// transport (shm), then over tcp with plain Go TCP beside it.
+		// make bench runs mctsbench idle three times: a 2-process job on
+		// one machine's default transport (shm), then over tcp with plain
+		// Go TCP beside it, then a larger job over tcp (CPU only: a
+		// process's connections grow with the job).
 		worst, wake, pipe, tcpWake, tcpPlain := 0.0, 0.0, 0.0, 0.0, 0.0
+		type job struct {
+			procs     int
+			transport string
+		}
+		var larger []job
+		worstOf := map[job]float64{}
 		for _, r := range d.idle {
 			switch {
+			case r.Mode == "idle" && r.Procs > 2:
+				j := job{r.Procs, r.Transport}
+				if _, ok := worstOf[j]; !ok {
+					larger = append(larger, j)
+				}
+				worstOf[j] = max(worstOf[j], 100*r.CPUShare)
 			case r.Mode == "idle":
 				worst = max(worst, 100*r.CPUShare)
 			case r.Mode == "wake" && r.Transport == "tcp":
@@ -622,6 +636,9 @@ func (d *benchData) markdown(img string) (string, map[string]*chart.Chart) {
 			}
 		}
 		goal(&w, "idle job: CPU per process, highest (% of a core)", worst, 5, false)
+		for _, j := range larger {
+			goal(&w, fmt.Sprintf("idle %d-process %s job: CPU per process, highest (%% of a core)", j.procs, j.transport), worstOf[j], 5, false)
+		}
 		goal(&w, "first call after 100 ms idle, p50 (µs)", wake, 50, false)
 		if pipe > 0 {
 			// The floor: a pipe round trip to a process asleep as long.

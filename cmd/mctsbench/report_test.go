@@ -89,8 +89,9 @@ func TestReport(t *testing.T) {
 {"pattern":"join","impl":"wr","config":"se","transport":"shm","procs":2,"threads":1,"orders":2000000,"seconds":0.25,"ok":true,"reps":5,"min":0.24,"max":0.26}
 {"pattern":"join","impl":"socket","config":"-","transport":"tcp","procs":2,"threads":1,"orders":2000000,"seconds":0.4,"ok":true,"reps":5,"min":0.39,"max":0.41}
 `)
-	// make bench's two idle runs: shm first (the goals of one machine), then
-	// tcp beside plain Go TCP, whose wake-up must not replace shm's.
+	// make bench's three idle runs: shm first (the goals of one machine),
+	// then tcp beside plain Go TCP, whose wake-up must not replace shm's,
+	// then 8 processes over tcp (CPU only), a row of their own.
 	write("idle.json", `{"mode":"idle","transport":"shm","window_s":10,"cpu_share":0.01}
 {"mode":"idle","transport":"shm","rank":1,"window_s":10,"cpu_share":0.02}
 {"mode":"wake","transport":"shm","n":20,"p50_ns":60000,"max_ns":90000}
@@ -100,6 +101,8 @@ func TestReport(t *testing.T) {
 {"mode":"wake","transport":"tcp","n":30,"p50_ns":300000,"max_ns":400000}
 {"mode":"pipe-wake","transport":"pipe","n":30,"p50_ns":90000,"max_ns":100000}
 {"mode":"tcp-plain-wake","transport":"tcp-plain","n":30,"p50_ns":120000,"max_ns":200000}
+{"mode":"idle","transport":"tcp","procs":8,"window_s":5,"cpu_share":0.02}
+{"mode":"idle","transport":"tcp","procs":8,"rank":1,"window_s":5,"cpu_share":0.061}
 `)
 	write("scale.json", `{"config":"1x1","simulations_per_ms":2000,"visits_per_ms":125,"vs_1x1":1,"reps":3,"simulations_per_ms_runs":[2000,1400,2100],"vs_1x1_rounds":[1,1,1]}
 {"config":"2x1","simulations_per_ms":3000,"visits_per_ms":187.5,"vs_1x1":1.5,"vs_1x1_rounds":[1.5,2.4,1.6],"reps":3,"simulations_per_ms_runs":[3000,3360,3360]}
@@ -115,6 +118,7 @@ func TestReport(t *testing.T) {
 	s := string(b)
 	for _, want := range []string{"notes", "Machine: test box",
 		"| idle job: CPU per process, highest (% of a core) | 3.00 | ≤ 5.00 | **met** |",
+		"| idle 8-process tcp job: CPU per process, highest (% of a core) | 6.10 | ≤ 5.00 | **not met** |",
 		"| first call after 100 ms idle, p50 (µs) | 60.00 | ≤ 50.00 | **not met** |",
 		"| first call after idle / plain pipe round trip after idle, p50 | 1.20 | ≤ 2.00 | **met** |",
 		"| first call after idle over tcp / plain Go TCP round trip after idle, p50 | 2.50 | ≤ 2.00 | **not met** |", "| trad | 30000000 |", "| write / raw (lowest over sizes) | 0.83 | ≥ 0.80 | **met** |",
