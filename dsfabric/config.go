@@ -88,6 +88,10 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Logger receives the fabric's events. Default slog.Default().
 	Logger *slog.Logger
+
+	// standingBy, when set (tests only), is told each interval a service
+	// thread stands by for, and whether a worker's wake-up set it.
+	standingBy func(d time.Duration, woken bool)
 }
 
 // DefaultConfig returns the defaults: the zero Config with every field

@@ -56,6 +56,11 @@ type Fabric struct {
 	rxInl    [16 * dtutils.InlineMax]byte // small messages routed from where they arrived (PollRecvInPlace)
 	svc      inbox                        // service calls, broadcast forwarding, refusals
 	svcBell  chan struct{}
+	// svcLong is set while a service thread stands by for longer than
+	// svcCheck (every worker has slept through its checks): a worker
+	// leaving its sleep rings svcBell then, so that a handler it gets
+	// stuck in is noticed at once, not at the end of a long interval.
+	svcLong  atomic.Bool
 	sends    *alloc.ZoneAllocator // send buffers
 	pending  *xsync.MapOf[uint64, *pendingCall]
 	syncs    *xsync.MapOf[uint64, *Synchronizer]

@@ -104,5 +104,11 @@ func (w *Worker) Serve(ctx context.Context) {
 			w.f.proc.AwaitRecv(ctx, 0, 50*time.Millisecond, w.in.pending)
 		}
 		w.asleep.Store(0)
+		if w.f.svcLong.Load() { // the service thread waits long: tell it
+			select {
+			case w.f.svcBell <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
