@@ -694,9 +694,10 @@ func (p *ofiProvider) engine() {
 			return
 		}
 		p.watching.Store(true)
-		// The bound does not grow here: the wait holds epLife, which an
-		// endpoint's close in any provider of the process waits for, and
-		// one engine per provider wakes 50 times a second at most.
+		// Its waits stay bounded at watchTimeout (the tcp engine's grow):
+		// a wait holds epLife, which an endpoint's close in any provider
+		// of the process waits for, and one engine per provider wakes 50
+		// times a second at most.
 		w := newWatch(p.calls, watchTimeout)
 		b := Backoff{}
 		for {
@@ -722,8 +723,7 @@ func (p *ofiProvider) engine() {
 			switch {
 			case did:
 				b.Reset()
-				w.waited(true)
-			case !p.block(pfd, &w):
+			case !p.block(pfd):
 				b.Wait()
 			}
 			if w.pollersBack() {
@@ -736,10 +736,10 @@ func (p *ofiProvider) engine() {
 }
 
 // block waits in poll(2) until the completion queue's wait descriptor
-// says there may be completions, a kick, or w's bound; it reports
+// says there may be completions, a kick, or watchTimeout; it reports
 // false, having waited for nothing, when the provider has no wait
 // descriptor or fi_trywait says to poll again first.
-func (p *ofiProvider) block(pfd []unix.PollFd, w *watch) bool {
+func (p *ofiProvider) block(pfd []unix.PollFd) bool {
 	if pfd[0].Fd < 0 {
 		return false
 	}
@@ -748,8 +748,7 @@ func (p *ofiProvider) block(pfd []unix.PollFd, w *watch) bool {
 	if !p.epOpen || C.sof_trywait(p.s) != 0 {
 		return false
 	}
-	n, _ := unix.Poll(pfd, w.timeout)
-	w.waited(n != 0)
+	unix.Poll(pfd, watchTimeout)
 	if pfd[1].Revents != 0 {
 		var b [8]byte
 		unix.Read(p.efd, b[:])

@@ -241,7 +241,7 @@ type tcpQP struct {
 	applying func()
 	// watchWait, when set (tests only), is told the bound of each poll(2)
 	// of the watching engine before it waits; watchMax is the most it may
-	// grow to (watchTimeoutMax, lower in tests).
+	// grow to (watchTimeoutMax; tests set their own).
 	watchWait func(ms int)
 	watchMax  int
 
