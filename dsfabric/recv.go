@@ -326,11 +326,17 @@ func (f *Fabric) wakeFromOutside() {
 // wakeService wakes the service threads, standing by or sleeping in
 // AwaitRecv.
 func (f *Fabric) wakeService() {
+	f.ringService()
+	f.proc.WakeRecv()
+}
+
+// ringService wakes a service thread that stands by (a token waits in
+// svcBell if none does).
+func (f *Fabric) ringService() {
 	select {
 	case f.svcBell <- struct{}{}:
 	default:
 	}
-	f.proc.WakeRecv()
 }
 
 // exec runs a routed message on the current thread: a worker's calls and

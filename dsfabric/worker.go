@@ -105,10 +105,7 @@ func (w *Worker) Serve(ctx context.Context) {
 		}
 		w.asleep.Store(0)
 		if w.f.svcLong.Load() { // the service thread waits long: tell it
-			select {
-			case w.f.svcBell <- struct{}{}:
-			default:
-			}
+			w.f.ringService()
 		}
 	}
 }
