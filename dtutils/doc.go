@@ -152,7 +152,10 @@
 // each operation with its flush number so that alloc.Circular and
 // alloc.LinearCircular recycle it once complete (it is an alloc.Tracker). No
 // goroutine ever waits for another: each waits only for its own signaled
-// completion, polling the completion queue itself.
+// completion, polling the completion queue itself. An operation that reads
+// many local bytes counts as several of the k (TransmitterConfig.SignalBytes,
+// 1 MiB per group by default), so that a wide window of small writes does
+// not become megabytes of large ones held in flight.
 //
 // Over shm and loop a write is a copy that has completed when it returns,
 // so Transmitter.Write skips the protocol for it: a bounds and key check

@@ -22,6 +22,16 @@ type TransmitterConfig struct {
 	// handed over); more wait their turn for a free entry. Default 1024,
 	// at most 65535.
 	MaxGoroutines int
+	// SignalBytes bounds, roughly, the local bytes one flush group's
+	// operations read: an operation of n bytes counts as 1 + n/u of the k
+	// operations of its group (at most k), where u = SignalBytes/k. Memory
+	// an operation read is reusable only after the flush number passes it
+	// (see the protocol below), so without this bound a wide window of
+	// large writes (k of them, each a 4 KiB batch) keeps megabytes in
+	// flight and out of the cache, while a wide window is what small
+	// writes over a network need. Default 1 MiB (k if larger); it must be
+	// at least k.
+	SignalBytes int
 }
 
 // DefaultTransmitterConfig returns the defaults for a queue pair whose
@@ -36,6 +46,9 @@ func (c TransmitterConfig) withDefaults(maxUnsignaled int) TransmitterConfig {
 	}
 	if c.MaxGoroutines == 0 {
 		c.MaxGoroutines = 1024
+	}
+	if c.SignalBytes == 0 {
+		c.SignalBytes = max(1<<20, c.SignalEvery)
 	}
 	return c
 }
@@ -53,6 +66,9 @@ func (c TransmitterConfig) verify(maxUnsignaled int) error {
 	if c.MaxGoroutines < 1 || c.MaxGoroutines >= noSlot {
 		return fmt.Errorf("%w: MaxGoroutines %d must be in [1, 65535]", ErrBadConfig, c.MaxGoroutines)
 	}
+	if c.SignalBytes < c.SignalEvery {
+		return fmt.Errorf("%w: SignalBytes %d must be at least SignalEvery %d", ErrBadConfig, c.SignalBytes, c.SignalEvery)
+	}
 	return nil
 }
 
@@ -63,7 +79,9 @@ func (c TransmitterConfig) verify(maxUnsignaled int) error {
 // it once complete.
 //
 // Protocol (wait-free: no goroutine ever waits for another). Each operation
-// takes a ticket t; its flush group is t/k. F is the flush number. If the
+// takes a ticket t (and, when it reads many bytes, the next few tickets
+// too: its weight, between 1 and k, see SignalBytes); its flush group is
+// t/k, so a group still holds at most k operations. F is the flush number. If the
 // group is ahead of F, the operation is posted signaled, its goroutine polls
 // the completion queue until it sees its own completion (completions of
 // others that it polls are handed over through a slot table), and then
@@ -83,6 +101,7 @@ func (c TransmitterConfig) verify(maxUnsignaled int) error {
 type Transmitter struct {
 	qp      QueuePair
 	k       uint64
+	unit    uint64 // bytes per ticket past an operation's first (SignalBytes / k)
 	tickets atomic.Uint64
 	flushed atomic.Uint64
 	// A goroutine awaiting a signaled operation owns one entry of slots
@@ -104,7 +123,7 @@ func NewTransmitter(qp QueuePair, maxUnsignaled int, cfg TransmitterConfig) (*Tr
 	if err := cfg.verify(maxUnsignaled); err != nil {
 		return nil, err
 	}
-	t := &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}
+	t := &Transmitter{qp: qp, k: uint64(cfg.SignalEvery), unit: uint64(cfg.SignalBytes / cfg.SignalEvery), slots: make([]atomic.Uint64, cfg.MaxGoroutines), busy: make([]atomic.Uint32, cfg.MaxGoroutines)}
 	if i, ok := qp.(interface{ idle() }); ok {
 		t.idle = i.idle
 	}
@@ -175,6 +194,16 @@ func (t *Transmitter) Write(local alloc.Memory, remote alloc.Locator) error {
 		return nil
 	}
 	return t.post(context.Background(), WorkRequest{Op: OpWrite, Local: local, Remote: remote}, false)
+}
+
+// weight is how many tickets an operation reading n local bytes takes: 1
+// + n/unit, at most k. At most k means consecutive tickets differ by at
+// most k, so no group is skipped and one operation per group is still
+// signaled in steady state; each operation still takes at least one
+// ticket, so a group still holds at most k operations, which is what
+// bounds the unsignaled ones.
+func (t *Transmitter) weight(n int) uint64 {
+	return min(t.k, 1+uint64(n)/t.unit)
 }
 
 // advances reports whether ticket's group is past F: ticket/k > f, with a
@@ -252,7 +281,8 @@ func (t *Transmitter) post(ctx context.Context, wr WorkRequest, wait bool) error
 		// lies in a group past F and may advance it.
 		ticket = t.tickets.Add(t.k)
 	} else {
-		ticket = t.tickets.Add(1) - 1
+		w := t.weight(wr.Local.Len())
+		ticket = t.tickets.Add(w) - w
 	}
 	f := t.flushed.Load()
 	// Only an operation whose group is past F advances F. This keeps F at

@@ -46,7 +46,9 @@ func TestTransmitterHammer(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			const goroutines, slots = 8, 64
 			a, b := connectPair(t, tr.make, func(c *ProcessConfig) { c.MaxUnsignaled = 256 })
-			tx, err := NewTransmitter(a.qp, 256, TransmitterConfig{SignalEvery: 32})
+			// Writes of 8 to 64 bytes with 16 bytes per ticket: weights
+			// 1 to 5, so groups hold 7 to 32 operations.
+			tx, err := NewTransmitter(a.qp, 256, TransmitterConfig{SignalEvery: 32, SignalBytes: 32 * 16})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +88,7 @@ func TestTransmitterHammer(t *testing.T) {
 						}
 						if prev, ok := last[u.Offset()]; ok {
 							reuses.Add(1)
-							got := (*atomic.Uint64)(unsafe.Pointer(&remote[8*prev.slot])).Load()
+							got := (*atomic.Uint64)(unsafe.Pointer(&remote[64*prev.slot])).Load()
 							if got < prev.value {
 								t.Errorf("unit reused before its write completed: slot %d holds %d, write was %d", prev.slot, got, prev.value)
 								return
@@ -94,9 +96,10 @@ func TestTransmitterHammer(t *testing.T) {
 						}
 						slot := uint64(g*slots + i%slots)
 						value := uint64(i + 1)
-						m, _ := u.Slice(0, 8)
+						n := 8 * (1 + (i+g)%8)
+						m, _ := u.Slice(0, n)
 						binary.LittleEndian.PutUint64(m.Bytes(), value)
-						loc, _ := b.buf.Locator(int(8*slot), 8)
+						loc, _ := b.buf.Locator(int(64*slot), n)
 						if err := tx.Write(m, loc); err != nil {
 							t.Errorf("goroutine %d op %d: %v", g, i, err)
 							return
@@ -121,7 +124,7 @@ func TestTransmitterHammer(t *testing.T) {
 			for g := 0; g < goroutines; g++ {
 				for s := 0; s < slots && s < ops; s++ {
 					want := uint64(ops - (ops-1-s)%slots)
-					got := (*atomic.Uint64)(unsafe.Pointer(&remote[8*(g*slots+s)])).Load()
+					got := (*atomic.Uint64)(unsafe.Pointer(&remote[64*(g*slots+s)])).Load()
 					if got != want {
 						t.Fatalf("goroutine %d slot %d holds %d, want %d", g, s, got, want)
 					}
@@ -162,6 +165,55 @@ func TestTransmitterSignalsSelectively(t *testing.T) {
 	}
 	if _, err := NewTransmitter(a.qp, 16, TransmitterConfig{SignalEvery: 17}); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("SignalEvery above MaxUnsignaled: %v", err)
+	}
+}
+
+// TestTransmitterSignalsByBytes (§4.1, with a byte bound): an operation
+// takes 1 + n/u tickets, u = SignalBytes/k, at most k. In one goroutine the
+// flush number is the group of the newest ticket, so it counts tickets.
+func TestTransmitterSignalsByBytes(t *testing.T) {
+	a, b := connectPair(t, lateMake, nil)
+	tx, err := NewTransmitter(a.qp, 1024, TransmitterConfig{SignalEvery: 8, SignalBytes: 800})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(n, times int) {
+		t.Helper()
+		src, _ := a.buf.Memory(0, n)
+		dst, _ := b.buf.Locator(0, n)
+		for i := 0; i < times; i++ {
+			if err := tx.Write(src, dst); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// 8-byte writes weigh 1: tickets 0..799, F = 799/8.
+	write(8, 800)
+	if f := tx.FlushNumber(); f != 99 {
+		t.Fatalf("after 800 writes of 8 bytes F = %d, want 99", f)
+	}
+	// 400-byte writes weigh 1 + 400/100 = 5: tickets 800, 805, … 1595.
+	write(400, 160)
+	if f := tx.FlushNumber(); f != 1595/8 {
+		t.Fatalf("after 160 writes of 400 bytes F = %d, want %d (5 tickets each)", f, 1595/8)
+	}
+	// A 10 000-byte write would weigh 101 and is capped at k = 8: ten take
+	// tickets 1600 … 1672, one group each, and the 8-byte writes after
+	// them fill group 210 with one signaled operation, as in steady state.
+	// Uncapped, every one of those 8 would be signaled, F catching up.
+	write(10000, 10)
+	if f := tx.FlushNumber(); f != 209 {
+		t.Fatalf("after 10 writes of 10 000 bytes F = %d, want 209 (8 tickets each)", f)
+	}
+	write(8, 8)
+	if f := tx.FlushNumber(); f != 210 {
+		t.Fatalf("8 small writes after large ones moved F to %d, want 210", f)
+	}
+	if o := a.qp.Outstanding(); o >= 8 {
+		t.Errorf("%d unsignaled outstanding with k=8", o)
+	}
+	if _, err := NewTransmitter(a.qp, 1024, TransmitterConfig{SignalEvery: 8, SignalBytes: 7}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("SignalBytes below SignalEvery: %v", err)
 	}
 }
 
