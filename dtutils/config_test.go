@@ -9,8 +9,14 @@ import (
 // TestConfigConventions: every Config of the package has its defaults and
 // a VerifyConfig that refuses out-of-range fields with ErrBadConfig.
 func TestConfigConventions(t *testing.T) {
-	if d := DefaultTransmitterConfig(1024); d.SignalEvery != 256 || d.MaxGoroutines != 1024 {
+	if d := DefaultTransmitterConfig(1024); d.SignalEvery != 256 || d.MaxGoroutines != 1024 || d.SignalBytes != 1<<20 {
 		t.Errorf("DefaultTransmitterConfig: %+v", d)
+	}
+	if d := DefaultTransmitterConfig(1 << 24); d.SignalBytes != 1<<22 {
+		t.Errorf("DefaultTransmitterConfig with k above 1 MiB: SignalBytes %d, want k", d.SignalBytes)
+	}
+	if d := DefaultProcessConfig(0); d.MaxUnsignaled != 16384 || d.VerifyConfig() != nil {
+		t.Errorf("DefaultProcessConfig: %+v", d)
 	}
 	if d := DefaultSHMConfig(); d.ConnectTimeout <= 0 || d.Logger == nil {
 		t.Errorf("DefaultSHMConfig: %+v", d)
@@ -21,6 +27,7 @@ func TestConfigConventions(t *testing.T) {
 		"shm timeout":       SHMConfig{ConnectTimeout: -1}.VerifyConfig(),
 		"signal every":      TransmitterConfig{SignalEvery: 10}.VerifyConfig(4),
 		"goroutines":        TransmitterConfig{MaxGoroutines: 1 << 20}.VerifyConfig(4),
+		"signal bytes":      TransmitterConfig{SignalEvery: 4, SignalBytes: 3}.VerifyConfig(4),
 		"receive slots":     ProcessConfig{ReceiveSlots: 3, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
 		"call slots":        ProcessConfig{CallSlots: 3, ReceiveSlots: 4, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
 		"call bytes":        ProcessConfig{CallBytes: maxCallBytes + 1, ReceiveSlots: 4, MaxUnsignaled: 1, MaxTransfer: 1}.VerifyConfig(),
