@@ -607,7 +607,13 @@ func TestShutdownHandshake(t *testing.T) {
 			if err := send(i + 1); !errors.Is(err, ErrClosed) {
 				return fmt.Errorf("a later call: %v, want ErrClosed", err)
 			}
-			if err := m.Open(ctx, 0); !errors.Is(err, ErrClosed) || len(m.out) != 0 {
+			// Bounded: an Open that set up a messenger to the closed thread
+			// could wait for its answer for good (seen once, under the load
+			// of a full make mutate, where the mutation that drops this
+			// check was caught only by the time limit).
+			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := m.Open(octx, 0); !errors.Is(err, ErrClosed) || len(m.out) != 0 {
 				return fmt.Errorf("Open of the thread that closed its messenger: %v with %d messengers set up, want ErrClosed and none", err, len(m.out))
 			}
 			if int(seq.total.Load()) != i {
