@@ -81,11 +81,12 @@ func (c TransmitterConfig) verify(maxUnsignaled int) error {
 // Protocol (wait-free: no goroutine ever waits for another). Each operation
 // takes a ticket t (and, when it reads many bytes, the next few tickets
 // too: its weight, between 1 and k, see SignalBytes); its flush group is
-// t/k, so a group still holds at most k operations. F is the flush number. If the
-// group is ahead of F, the operation is posted signaled, its goroutine polls
-// the completion queue until it sees its own completion (completions of
-// others that it polls are handed over through a slot table), and then
-// advances F by one with a single CAS from the value it read before posting;
+// t/k, so a group still holds at most k operations. F is the flush
+// number. If the group is ahead of F, the operation is posted signaled,
+// its goroutine polls the completion queue until it sees its own
+// completion (completions of others that it polls are handed over through
+// a slot table), and then advances F by one with a single CAS from the
+// value it read before posting;
 // if the CAS fails another goroutine advanced F, which is as good. Otherwise
 // the operation is unsignaled. Operations whose caller needs the result
 // (Read, atomics) are signaled too but advance F only by the same rule, so F
