@@ -1103,7 +1103,7 @@ func (p *ofiProvider) takeSendBuf(q *ofiQP) (int, bool) {
 func (q *ofiQP) kick() { q.prov.kick() }
 
 func (p *ofiProvider) kick() {
-	if !p.watching.Load() || p.kicked.Swap(true) {
+	if !p.watching.Load() || p.kicked.Load() || p.kicked.Swap(true) {
 		return
 	}
 	var one [8]byte

@@ -463,7 +463,11 @@ func (q *tcpQP) appendFrame(f *frame, payload []byte) {
 	q.out = append(q.out, make([]byte, frameHeader)...)
 	f.put(q.out[n:])
 	q.out = append(q.out, payload...)
-	q.outN.Store(int64(len(q.out)))
+	if n == 0 {
+		// Only emptiness is read outside q.mu; an atomic store per frame
+		// is a locked instruction on the poster's path.
+		q.outN.Store(1)
+	}
 }
 
 // kick wakes the engine from poll(2) when it watches the socket.
@@ -472,8 +476,8 @@ func (q *tcpQP) kick() {
 		q.link.kick()
 		return
 	}
-	if !q.watching.Load() || q.kicked.Swap(true) {
-		return
+	if !q.watching.Load() || q.kicked.Load() || q.kicked.Swap(true) {
+		return // the load first: no locked instruction per post once kicked
 	}
 	var one [8]byte
 	one[0] = 1
@@ -622,6 +626,7 @@ func (q *tcpQP) engine() {
 		// Watch: this goroutine is the progress engine now.
 		q.watching.Store(true)
 		w := newWatch(calls, q.watchMax)
+		kicked := false // efd was readable when poll(2) last returned
 		for {
 			q.rx.mu.Lock()
 			_, err := q.drain(0)
@@ -632,15 +637,24 @@ func (q *tcpQP) engine() {
 				return
 			}
 			q.flush() // what posters queued, and the responses drain queued
-			pfd[0].Events = unix.POLLIN
-			if q.pendingOutput() {
-				pfd[0].Events |= unix.POLLOUT
-			}
 			q.fdmu.RLock()
 			if q.fdClosed {
 				q.fdmu.RUnlock()
 				q.watching.Store(false)
 				return
+			}
+			if kicked {
+				// Re-armed only after the flush: a poster that queued while
+				// this engine was awake found kicked set and made no system
+				// call; the check below sees its frames (it queued before
+				// it looked at kicked, which is before this store).
+				unix.Read(q.efd, eb[:])
+				q.kicked.Store(false)
+				kicked = false
+			}
+			pfd[0].Events = unix.POLLIN
+			if q.pendingOutput() {
+				pfd[0].Events |= unix.POLLOUT
 			}
 			if q.watchWait != nil {
 				q.watchWait(w.timeout)
@@ -648,10 +662,7 @@ func (q *tcpQP) engine() {
 			var n int
 			n, err = unix.Poll(pfd, w.timeout) // n < 0 on EINTR: counted as an event
 			w.waited(n != 0)
-			if pfd[1].Revents != 0 {
-				unix.Read(q.efd, eb[:])
-				q.kicked.Store(false)
-			}
+			kicked = pfd[1].Revents != 0
 			q.fdmu.RUnlock()
 			select {
 			case <-q.done:
@@ -669,6 +680,14 @@ func (q *tcpQP) engine() {
 			}
 		}
 		q.watching.Store(false)
+		if kicked {
+			q.fdmu.RLock()
+			if !q.fdClosed {
+				unix.Read(q.efd, eb[:])
+			}
+			q.fdmu.RUnlock()
+			q.kicked.Store(false)
+		}
 		// A poster that saw watching just before it cleared may have left
 		// its frames to us.
 		q.flush()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/seriema-go/seriema/alloc"
 )
@@ -695,5 +696,62 @@ func TestTCPIdleEngineBacksOff(t *testing.T) {
 	w.b.Close()
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Close took %v: it waited for the engine's poll(2) to time out", d)
+	}
+}
+
+// TestTCPEngineRearmsAfterFlush: with nobody polling on either side,
+// bursts of unsignaled writes from several goroutines each land promptly.
+// Posters that queue while the engine is awake make no system call (the
+// engine re-arms its eventfd only after it has flushed, and then looks
+// for frames queued meanwhile); a re-arm that lost those frames, or never
+// happened, would leave a burst waiting for a poll(2) timeout, which
+// doubles while it waits for nothing (no cap here), past the deadline.
+func TestTCPEngineRearmsAfterFlush(t *testing.T) {
+	const posters, each, bursts = 4, 50, 12
+	w := newWritePair(t, transports[1].make, posters*each*8, func(qa, qb QueuePair) {
+		qa.(*tcpQP).watchMax = 1 << 30
+		qb.(*tcpQP).watchMax = 1 << 30
+	})
+	defer w.a.Close()
+	defer w.b.Close()
+	dst := w.dst
+	landed, err := w.pb.Registry().Resolve(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= bursts; k++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, posters)
+		for g := 0; g < posters; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					src, _ := w.src.Slice((g*each+i)*8, 8)
+					binary.LittleEndian.PutUint64(src.Bytes(), uint64(k*1000+i+1))
+					to, _ := dst.Sub(uint64(g*8), 8)
+					if err := w.qa.Post(WorkRequest{Op: OpWrite, Local: src, Remote: to}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Second)
+		for g := 0; g < posters; g++ {
+			word := (*atomic.Uint64)(unsafe.Pointer(&landed[g*8]))
+			for word.Load() != uint64(k*1000+each) { // plain loads: no Progress
+				if time.Now().After(deadline) {
+					t.Fatalf("burst %d: poster %d's last write had not landed after 1 s (slot holds %d)", k, g, word.Load())
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		time.Sleep(time.Duration(k) * 5 * time.Millisecond) // the engines go back to poll(2), their bounds growing
 	}
 }
