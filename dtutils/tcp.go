@@ -210,8 +210,8 @@ type tcpQP struct {
 	cq        *memCQ
 
 	mu      sync.Mutex
-	out     []byte // frames not yet taken by a writer
-	outN    atomic.Int64
+	out     []byte      // frames not yet taken by a writer
+	queued  atomic.Bool // out holds frames: all that is read of it outside mu
 	pending fifo[pendingOp]
 	fences  int // fences posted and not yet answered
 	lostErr error
@@ -464,9 +464,9 @@ func (q *tcpQP) appendFrame(f *frame, payload []byte) {
 	f.put(q.out[n:])
 	q.out = append(q.out, payload...)
 	if n == 0 {
-		// Only emptiness is read outside q.mu; an atomic store per frame
-		// is a locked instruction on the poster's path.
-		q.outN.Store(1)
+		// Stored on the first frame only: an atomic store per frame is a
+		// locked instruction on the poster's path.
+		q.queued.Store(true)
 	}
 }
 
@@ -496,7 +496,7 @@ func (q *tcpQP) takeOutput() bool {
 	}
 	q.mu.Lock()
 	q.wbuf, q.out = q.out, q.wbuf[:0]
-	q.outN.Store(0)
+	q.queued.Store(false)
 	q.mu.Unlock()
 	q.wpos = 0
 	return len(q.wbuf) > 0
@@ -520,7 +520,7 @@ func (q *tcpQP) sysIO(write bool, b []byte) (int, error) {
 }
 
 // pendingOutput reports whether frames wait to be written.
-func (q *tcpQP) pendingOutput() bool { return q.outN.Load() > 0 || q.wleft.Load() > 0 }
+func (q *tcpQP) pendingOutput() bool { return q.queued.Load() || q.wleft.Load() > 0 }
 
 // flush writes what is queued, without blocking, unless another thread is
 // writing (that one looks again after it unlocks, so nothing is left
