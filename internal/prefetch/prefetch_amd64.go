@@ -7,3 +7,9 @@ import "unsafe"
 //
 //go:noescape
 func Write(p unsafe.Pointer)
+
+// Read asks for the cache line at p for reading (PREFETCHT0), without
+// waiting for it.
+//
+//go:noescape
+func Read(p unsafe.Pointer)

@@ -6,3 +6,6 @@ import "unsafe"
 
 // Write does nothing where no prefetch is wired up.
 func Write(p unsafe.Pointer) {}
+
+// Read does nothing where no prefetch is wired up.
+func Read(p unsafe.Pointer) {}
