@@ -49,10 +49,13 @@
 //     its own (every receive completion of it is taken as the
 //     endpoint's); Wiring makes them.
 //
-// In all three, flow control is the receiver's credit: when a buffer is
-// released (and every earlier one of its source), the receiver gives the
-// sender its count of consumed buffers and its window (WR, RD: written
-// into a word of the sender's memory; SR: sent). A sender keeps at most a window of buffers in flight per
+// In all three, flow control is the receiver's credit: as buffers are
+// released (each with every earlier one of its source), the receiver
+// gives the sender its count of consumed buffers and its window (WR, RD:
+// written into a word of the sender's memory; SR: sent), batched to a
+// quarter of the window and flushed before it waits (over tcp a credit
+// per buffer cost a frame and its answer each way). A sender keeps at
+// most a window of buffers in flight per
 // connection: past that, PutData and Acquire wait (back-pressure; nothing
 // spills, nothing is dropped). While waiting, both ends drive the transport's progress, back
 // off to sleeping, and probe the connections they wait on every 20 ms: a

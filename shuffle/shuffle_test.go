@@ -1220,12 +1220,18 @@ func TestMalformedRecords(t *testing.T) {
 	})
 }
 
-// TestSRLastCredits: SR batches credits, but a buffer released after its
-// source's Depleted one (another thread still held it) is credited at
-// once: the sender's Close waits for exactly that credit, and no GetData
-// is left to flush it.
-func TestSRLastCredits(t *testing.T) {
-	j := newJob(t, transports[1].make, 2, 1, 1, Config{Design: SR, BufferBytes: 256, Depth: 32})
+// TestLastCredits: receivers batch credits (a quarter of the window
+// each), but a buffer released after its source's Depleted one (another
+// thread still held it) is credited at once: the sender's Close waits for
+// exactly that credit, and no GetData is left to flush it.
+func TestLastCredits(t *testing.T) {
+	for _, d := range []Design{SR, WR, RD} {
+		t.Run(d.String(), func(t *testing.T) { testLastCredits(t, d) })
+	}
+}
+
+func testLastCredits(t *testing.T, d Design) {
+	j := newJob(t, transports[1].make, 2, 1, 1, Config{Design: d, BufferBytes: 256, Depth: 32})
 	ctx := testCtx(t)
 	errc := make(chan error, 3)
 	go func() { errc <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
@@ -1284,6 +1290,71 @@ func TestSRLastCredits(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestCreditsBatched: a receiver that finds a window's buffers waiting
+// sends a credit per quarter of the window it consumes, not one per
+// buffer (over tcp each is a frame and its answer), and the stream still
+// ends with every buffer credited.
+func TestCreditsBatched(t *testing.T) {
+	for _, tr := range transports {
+		for _, d := range []Design{SR, WR, RD} {
+			t.Run(tr.name+"/"+d.String(), func(t *testing.T) {
+				const depth, n = 32, 32
+				j := newJob(t, tr.make, 2, 1, 1, Config{Design: d, BufferBytes: 256, Depth: depth})
+				ctx := testCtx(t)
+				s := j.senders[0][0]
+				for i := 0; i < n; i++ { // the whole window, before anyone consumes
+					b, err := s.Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b.Data = append(b.Data, byte(i))
+					if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+				errc := make(chan error, 3)
+				go func() { errc <- s.Close(ctx) }()
+				go func() { errc <- j.senders[1][0].Close(ctx) }()
+				go func() { errc <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
+				r := j.receivers[1][0]
+				got := 0
+				for {
+					in, err := r.GetData(ctx)
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if in.Src == 0 && !in.Depleted {
+						if len(in.Data) != 1 || int(in.Data[0]) != got {
+							t.Fatalf("buffer %d of source 0 holds %v", got, in.Data)
+						}
+						got++
+					}
+					if err := r.Release(in); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := 0; i < 3; i++ {
+					if err := <-errc; err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got != n {
+					t.Fatalf("received %d buffers of %d", got, n)
+				}
+				// n/(depth/4) while the window's buffers wait, one for each
+				// source's end, and a few flushed when the receiver waited
+				// for an end; one per buffer would be n+2.
+				if c := r.Stats().Credits; c < 2 || c > n/(depth/4)+6 {
+					t.Fatalf("%d credits for %d buffers in a window of %d", c, n+2, depth)
+				}
+			})
 		}
 	}
 }

@@ -166,24 +166,5 @@ func (r *Receiver) releaseSR(s *recvSrc, in In) error {
 		return err
 	}
 	s.consumed++
-	// Once the source's Depleted buffer is taken, every release credits at
-	// once: its sender waits for the last ones, and no GetData may come
-	// to flush them (another thread may release a data buffer after the
-	// Depleted one was released).
-	if s.consumed-s.creditSent >= uint64(max(1, s.window/4)) || s.ended {
-		return r.credit(s)
-	}
-	return nil
-}
-
-// flushCredits sends every credit held back; mu is held.
-func (r *Receiver) flushCredits() error {
-	for _, s := range r.srcs {
-		if s.qp != nil && s.consumed > s.creditSent {
-			if err := r.credit(s); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return r.creditDue(s)
 }
