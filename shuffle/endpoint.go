@@ -571,6 +571,16 @@ func (s *Sender) putLocked(ctx context.Context, b *OutBuffer, dests []int, deple
 	return nil
 }
 
+// headerSignalEvery: one slot header write in this many is signaled. A
+// header's completion frees nothing (its local copy is reused only after
+// the receiver consumed the buffer, which the credit says), and a failed
+// unsignaled write still fails the connection; the signaled ones retire
+// the queue pair's unsignaled operations. Over tcp each signaled write is
+// an answer frame: signaling every header, repartition -impl wr
+// -transport tcp ran 0.50–0.56 GB/s per process against 0.52–0.58 with
+// one in eight (six interleaved rounds).
+const headerSignalEvery = 8
+
 // send writes buffer b (n bytes) into c's next ring slot; mu is held.
 func (s *Sender) send(c *sendConn, b *OutBuffer, n int, flags uint32) error {
 	seq := c.sent + 1
@@ -589,7 +599,7 @@ func (s *Sender) send(c *sendConn, b *OutBuffer, n int, flags uint32) error {
 		putHeader(hdr.Bytes(), seq, n, flags)
 		h, _ := hdr.Slice(0, slotHeader)
 		dst, _ := c.ring.Sub(uint64(slot*sb+s.cfg.BufferBytes), slotHeader)
-		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: h, Remote: dst}); err != nil {
+		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: seq%headerSignalEvery == 0, Local: h, Remote: dst}); err != nil {
 			return err
 		}
 	case SR:
@@ -603,7 +613,7 @@ func (s *Sender) send(c *sendConn, b *OutBuffer, n int, flags uint32) error {
 		putHeader(hdr.Bytes()[rdHeaderAt:], seq, n, flags)
 		d, _ := hdr.Slice(0, rdHeaderAt+slotHeader)
 		dst, _ := c.ring.Sub(uint64(slot*sb), rdHeaderAt+slotHeader)
-		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: true, Local: d, Remote: dst}); err != nil {
+		if err := c.post(dtutils.WorkRequest{Op: dtutils.OpWrite, WRID: wridHeader, Signaled: seq%headerSignalEvery == 0, Local: d, Remote: dst}); err != nil {
 			return err
 		}
 	}
