@@ -34,7 +34,9 @@
 //     polls the headers (sealed-buffer polling).
 //   - RD: the sender writes only a descriptor (the buffer's locator and
 //     the header) into the slot; the receiver pulls the data with a
-//     one-sided read. Where the sender's memory is mapped into the
+//     one-sided read, posting the reads of the buffers that have arrived
+//     behind the one it takes (up to 32) so that their round trips
+//     overlap. Where the sender's memory is mapped into the
 //     receiver's process (shm, loop) the read is no copy: In.Data is the
 //     sender's buffer itself (dtutils.MapRemote, after the same checks a
 //     read makes), which the sender keeps until the receiver releases it,

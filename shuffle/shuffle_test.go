@@ -1494,6 +1494,102 @@ func TestSection5_RDInPlace(t *testing.T) {
 	}
 }
 
+// TestSection5_RDReadsAhead (§5, RD): a receiver that copies buffers
+// posts the reads of every buffer that has arrived (up to readAhead), not
+// one read per buffer taken, and each lands in its own slot; a forged
+// descriptor among them stops the posting there and fails that buffer
+// when its turn comes.
+func TestSection5_RDReadsAhead(t *testing.T) {
+	for _, tr := range []testTransport{transports[0], transports[2]} {
+		t.Run(tr.name, func(t *testing.T) {
+			const n = 6
+			j := newJob(t, tr.make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 8, NoMap: true})
+			ctx := testCtx(t)
+			s, r := j.senders[0][0], j.receivers[1][0]
+			for i := 0; i < n; i++ {
+				b, err := s.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Data = append(b.Data, fmt.Sprintf("buffer %d", i)...)
+				if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src := r.srcs[0]
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				r.mu.Lock()
+				all := r.arrived(src, n)
+				r.mu.Unlock()
+				if all {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the buffers never arrived")
+				}
+				j.nodes[1][0].proc.Progress()
+				time.Sleep(100 * time.Microsecond)
+			}
+			for i := 0; i < n; i++ {
+				in, err := r.GetData(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := fmt.Sprintf("buffer %d", i); string(in.Data) != want {
+					t.Fatalf("buffer %d holds %q, want %q", i, in.Data, want)
+				}
+				if i == 0 {
+					r.mu.Lock()
+					posted := src.readsPosted
+					r.mu.Unlock()
+					if posted != n {
+						t.Fatalf("%d reads posted once the first of %d arrived buffers was taken, want all", posted, n)
+					}
+				}
+				if err := r.Release(in); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	t.Run("forged", func(t *testing.T) {
+		j := newJob(t, transports[0].make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 8, NoMap: true})
+		ctx := testCtx(t)
+		s, r := j.senders[0][0], j.receivers[1][0]
+		for i := 0; i < 4; i++ {
+			b, err := s.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Data = append(b.Data, byte(i))
+			if err := s.PutData(ctx, b, []int{1}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		src := r.srcs[0]
+		at := 2 * rdSlotBytes // buffer 3's slot: loop writes land at once
+		var loc alloc.Locator
+		if err := loc.UnmarshalBinary(src.ring[at : at+alloc.LocatorSize]); err != nil {
+			t.Fatal(err)
+		}
+		loc.Length = 0 // refused before any read is posted
+		loc.AppendBinary(src.ring[at:at])
+		for i := 0; i < 2; i++ {
+			in, err := r.GetData(ctx)
+			if err != nil || len(in.Data) != 1 || in.Data[0] != byte(i) {
+				t.Fatalf("buffer %d: %v, %v", i, in.Data, err)
+			}
+			if i == 0 && src.readsPosted != 2 {
+				t.Fatalf("%d reads posted ahead of a forged descriptor, want 2", src.readsPosted)
+			}
+			r.Release(in)
+		}
+		if _, err := r.GetData(ctx); !errors.Is(err, ErrBadBuffer) || errors.Is(err, ErrPeerLost) {
+			t.Fatalf("the buffer with the forged descriptor: %v, want ErrBadBuffer alone", err)
+		}
+	})
+}
+
 // TestSection5_RDForgedDescriptor: an RD descriptor naming memory the
 // sender never offered (a wrong key, a range past its region) fails the
 // receiver with ErrBadBuffer, read in place or copied (then also
