@@ -1294,6 +1294,22 @@ func testLastCredits(t *testing.T, d Design) {
 	}
 }
 
+// putBuffers sends n buffers from s to destination dest, buffer i holding
+// fill(i).
+func putBuffers(t *testing.T, ctx context.Context, s *Sender, dest, n int, fill func(i int) []byte) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		b, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Data = append(b.Data, fill(i)...)
+		if err := s.PutData(ctx, b, []int{dest}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestCreditsBatched: a receiver that finds a window's buffers waiting
 // sends a credit per quarter of the window it consumes, not one per
 // buffer (over tcp each is a frame and its answer), and the stream still
@@ -1306,16 +1322,8 @@ func TestCreditsBatched(t *testing.T) {
 				j := newJob(t, tr.make, 2, 1, 1, Config{Design: d, BufferBytes: 256, Depth: depth})
 				ctx := testCtx(t)
 				s := j.senders[0][0]
-				for i := 0; i < n; i++ { // the whole window, before anyone consumes
-					b, err := s.Acquire(ctx)
-					if err != nil {
-						t.Fatal(err)
-					}
-					b.Data = append(b.Data, byte(i))
-					if err := s.PutData(ctx, b, []int{1}, false); err != nil {
-						t.Fatal(err)
-					}
-				}
+				// The whole window, before anyone consumes.
+				putBuffers(t, ctx, s, 1, n, func(i int) []byte { return []byte{byte(i)} })
 				errc := make(chan error, 3)
 				go func() { errc <- s.Close(ctx) }()
 				go func() { errc <- j.senders[1][0].Close(ctx) }()
@@ -1506,16 +1514,7 @@ func TestSection5_RDReadsAhead(t *testing.T) {
 			j := newJob(t, tr.make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 8, NoMap: true})
 			ctx := testCtx(t)
 			s, r := j.senders[0][0], j.receivers[1][0]
-			for i := 0; i < n; i++ {
-				b, err := s.Acquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.Data = append(b.Data, fmt.Sprintf("buffer %d", i)...)
-				if err := s.PutData(ctx, b, []int{1}, false); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putBuffers(t, ctx, s, 1, n, func(i int) []byte { return fmt.Appendf(nil, "buffer %d", i) })
 			src := r.srcs[0]
 			for deadline := time.Now().Add(10 * time.Second); ; {
 				r.mu.Lock()
@@ -1556,16 +1555,7 @@ func TestSection5_RDReadsAhead(t *testing.T) {
 		j := newJob(t, transports[0].make, 2, 1, 1, Config{Design: RD, BufferBytes: 256, Depth: 8, NoMap: true})
 		ctx := testCtx(t)
 		s, r := j.senders[0][0], j.receivers[1][0]
-		for i := 0; i < 4; i++ {
-			b, err := s.Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.Data = append(b.Data, byte(i))
-			if err := s.PutData(ctx, b, []int{1}, false); err != nil {
-				t.Fatal(err)
-			}
-		}
+		putBuffers(t, ctx, s, 1, 4, func(i int) []byte { return []byte{byte(i)} })
 		src := r.srcs[0]
 		at := 2 * rdSlotBytes // buffer 3's slot: loop writes land at once
 		var loc alloc.Locator
