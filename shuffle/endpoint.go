@@ -100,6 +100,11 @@ func (l *link) drain() {
 		n := c.qp.CQ().Poll(c.cq[:])
 		for _, x := range c.cq[:n] {
 			if x.Status != dtutils.StatusSuccess {
+				if id := x.WRID >> 8; x.WRID&0xff == wridRead && id < uint64(len(c.links)) {
+					// A read that failed is over too: nothing lands in its
+					// buffer now, which Close waits for.
+					c.links[id].reads.Add(1)
+				}
 				if x.Status == dtutils.StatusRemoteAccess && x.WRID&0xff == wridRead {
 					// The sender's descriptor named memory it does not offer:
 					// its fault, not the transport's, though the queue pair
@@ -1104,6 +1109,12 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 			s.probe()
 		}
 	}
+	// A failed read is counted too; completions come in order, so a
+	// failure seen now is this read's or one after it: the connection is
+	// done either way.
+	if err := s.failed(); err != nil {
+		return nil, err
+	}
 	return dst.Bytes(), nil
 }
 
@@ -1283,10 +1294,15 @@ func (r *Receiver) Close(ctx context.Context) error {
 	err = r.flushCredits()
 	for _, s := range r.srcs {
 		// Reads posted ahead land in this receiver's memory: it is
-		// released only once they have.
-		for err == nil && s.qp != nil && s.failed() == nil && (s.link.credits.Load() < s.posted || s.link.reads.Load() < s.readsPosted) {
+		// released only once each has completed, failed or been flushed
+		// (a lost queue pair completes what it had pending), even on a
+		// failed connection.
+		done := func() bool {
+			return (s.failed() != nil || s.link.credits.Load() >= s.posted) && s.link.reads.Load() >= s.readsPosted
+		}
+		for err == nil && s.qp != nil && !done() {
 			s.drain()
-			if s.link.credits.Load() >= s.posted && s.link.reads.Load() >= s.readsPosted {
+			if done() {
 				break
 			}
 			r.mu.Unlock()

@@ -1604,6 +1604,13 @@ func TestSection5_RDForgedDescriptor(t *testing.T) {
 				if !errors.Is(err, ErrBadBuffer) || errors.Is(err, ErrPeerLost) != noMap {
 					t.Fatalf("a forged descriptor: %v, want ErrBadBuffer", err)
 				}
+				// The refused read is over: Close, which waits for the
+				// reads it posted, does not wait for that one.
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := r.Close(cctx); errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Close after a refused read: %v", err)
+				}
 			})
 		}
 	}
