@@ -1084,7 +1084,7 @@ func (r *Receiver) read(ctx context.Context, s *recvSrc, slot, at, size int) ([]
 		m, err := dtutils.MapRemote(s.c.qp, src)
 		if err != nil {
 			if errors.Is(err, dtutils.ErrRemoteAccess) {
-				return nil, fmt.Errorf("%w: descriptor for %d bytes: %w", ErrBadBuffer, size, err)
+				return nil, fmt.Errorf("%w: descriptor %v for %d bytes: %w", ErrBadBuffer, src, size, err)
 			}
 			return nil, s.lost(err)
 		}
@@ -1271,8 +1271,11 @@ func (r *Receiver) credit(s *recvSrc) error {
 
 // Close waits until the credits it wrote have reached their senders (a
 // sender finishing its Depleted stream waits for them: closing the
-// connection under them would fail it), then releases the receiver's
-// memory; the queue pairs stay open. If the process was closed first,
+// connection under them would fail it) and the RD reads it posted have
+// landed, then releases the receiver's memory; the queue pairs stay open.
+// Should ctx end with reads still outstanding (a peer that neither
+// answers nor dies), the memory they land in stays mapped until the
+// process closes, and Close says so. If the process was closed first,
 // Close only releases the memory and, unless every source had ended its
 // stream, returns ErrClosed. Closing again does nothing; GetData and
 // Release afterwards return ErrClosed.
@@ -1291,7 +1294,14 @@ func (r *Receiver) Close(ctx context.Context) error {
 		}
 		return errors.Join(err, r.proc.Registry().Release(r.region))
 	}
-	err = r.flushCredits()
+	// Every source's held-back credit goes out, whatever another's
+	// connection does.
+	var ferrs []error
+	for _, s := range r.srcs {
+		if s.qp != nil && s.consumed > s.creditSent {
+			ferrs = append(ferrs, r.credit(s))
+		}
+	}
 	for _, s := range r.srcs {
 		// Reads posted ahead land in this receiver's memory: it is
 		// released only once each has completed, failed or been flushed
@@ -1317,5 +1327,12 @@ func (r *Receiver) Close(ctx context.Context) error {
 			}
 		}
 	}
-	return errors.Join(err, r.proc.Registry().Release(r.region))
+	var out int
+	for _, s := range r.srcs {
+		out += int(s.readsPosted - min(s.readsPosted, s.link.reads.Load()))
+	}
+	if out > 0 {
+		return errors.Join(errors.Join(ferrs...), err, fmt.Errorf("shuffle: %d reads still outstanding: the receiver's memory stays mapped until its process closes", out))
+	}
+	return errors.Join(errors.Join(ferrs...), err, r.proc.Registry().Release(r.region))
 }
