@@ -411,7 +411,14 @@ func (s *Sender) Acquire(ctx context.Context) (*OutBuffer, error) {
 		if err := procClosed(s.proc); err != nil {
 			return nil, err
 		}
-		s.retire()
+		// Only with no buffer free: retiring polls the completion queue,
+		// which over tcp drives the transport (a read of the socket) once
+		// per buffer. Buffers and credits come back at the next retire
+		// (here, or where PutData waits for the window), and whatever polls
+		// the process meanwhile writes out what was posted.
+		if len(s.free) == 0 {
+			s.retire()
+		}
 		if n := len(s.free); n > 0 {
 			i := s.free[n-1]
 			s.free = s.free[:n-1]
