@@ -1242,16 +1242,16 @@ func (r *Receiver) creditDue(s *recvSrc) error {
 	return nil
 }
 
-// flushCredits sends every credit held back; mu is held.
+// flushCredits sends every credit held back, each source's whatever
+// another's connection does; mu is held.
 func (r *Receiver) flushCredits() error {
+	var errs []error
 	for _, s := range r.srcs {
 		if s.qp != nil && s.consumed > s.creditSent {
-			if err := r.credit(s); err != nil {
-				return err
-			}
+			errs = append(errs, r.credit(s))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // credit gives s's sender the count consumed and the window: a one-sided
@@ -1301,14 +1301,7 @@ func (r *Receiver) Close(ctx context.Context) error {
 		}
 		return errors.Join(err, r.proc.Registry().Release(r.region))
 	}
-	// Every source's held-back credit goes out, whatever another's
-	// connection does.
-	var ferrs []error
-	for _, s := range r.srcs {
-		if s.qp != nil && s.consumed > s.creditSent {
-			ferrs = append(ferrs, r.credit(s))
-		}
-	}
+	ferr := r.flushCredits()
 	for _, s := range r.srcs {
 		// Reads posted ahead land in this receiver's memory: it is
 		// released only once each has completed, failed or been flushed
@@ -1339,7 +1332,7 @@ func (r *Receiver) Close(ctx context.Context) error {
 		out += int(s.readsPosted - min(s.readsPosted, s.link.reads.Load()))
 	}
 	if out > 0 {
-		return errors.Join(errors.Join(ferrs...), err, fmt.Errorf("shuffle: %d reads still outstanding: the receiver's memory stays mapped until its process closes", out))
+		return errors.Join(ferr, err, fmt.Errorf("shuffle: %d reads still outstanding: the receiver's memory stays mapped until its process closes", out))
 	}
-	return errors.Join(errors.Join(ferrs...), err, r.proc.Registry().Release(r.region))
+	return errors.Join(ferr, err, r.proc.Registry().Release(r.region))
 }
