@@ -143,7 +143,7 @@ type Receive struct {
 // record's header cannot be found before the one before is read: 62 % of
 // Each's samples were that header load (profile of shuffle broadcast -impl
 // rd). A hint 1 KiB ahead (about ten 100-byte records) lets those misses
-// overlap: broadcast rd 3.34–3.58 → 3.49–4.17 GB/s per process and wr
+// overlap: broadcast rd 3.11–3.58 → 3.49–4.17 GB/s per process and wr
 // 2.87–3.03 → 2.98–3.27 in interleaved rounds, where 512 B and 2 KiB did
 // no better and a demand load in place of the hint gained half as much.
 const prefetchAhead = 1024

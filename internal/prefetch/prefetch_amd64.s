@@ -7,7 +7,6 @@ TEXT ·Write(SB), NOSPLIT, $0-8
 	BYTE $0x0F; BYTE $0x0D; BYTE $0x08
 	RET
 
-
 // func Read(p unsafe.Pointer)
 TEXT ·Read(SB), NOSPLIT, $0-8
 	MOVQ p+0(FP), AX
