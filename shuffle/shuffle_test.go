@@ -771,21 +771,11 @@ func TestEndpointMisuse(t *testing.T) {
 	go func() { errs <- j.senders[1][0].Close(ctx) }()
 	go func() { errs <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
 	var got []string
-	for {
-		in, err := r.GetData(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	takeAll(t, ctx, r, func(in In) {
 		if len(in.Data) > 0 {
 			got = append(got, string(in.Data))
 		}
-		if err := r.Release(in); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	for range 3 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -1294,6 +1284,25 @@ func testLastCredits(t *testing.T, d Design) {
 	}
 }
 
+// takeAll takes r's buffers until every source is depleted, handing each
+// to fn before releasing it.
+func takeAll(t *testing.T, ctx context.Context, r *Receiver, fn func(In)) {
+	t.Helper()
+	for {
+		in, err := r.GetData(ctx)
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(in)
+		if err := r.Release(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // putBuffers sends n buffers from s to destination dest, buffer i holding
 // fill(i).
 func putBuffers(t *testing.T, ctx context.Context, s *Sender, dest, n int, fill func(i int) []byte) {
@@ -1330,24 +1339,14 @@ func TestCreditsBatched(t *testing.T) {
 				go func() { errc <- j.receivers[0][0].NewReceive().Each(ctx, func([]byte) error { return nil }) }()
 				r := j.receivers[1][0]
 				got := 0
-				for {
-					in, err := r.GetData(ctx)
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
+				takeAll(t, ctx, r, func(in In) {
 					if in.Src == 0 && !in.Depleted {
 						if len(in.Data) != 1 || int(in.Data[0]) != got {
 							t.Fatalf("buffer %d of source 0 holds %v", got, in.Data)
 						}
 						got++
 					}
-					if err := r.Release(in); err != nil {
-						t.Fatal(err)
-					}
-				}
+				})
 				for i := 0; i < 3; i++ {
 					if err := <-errc; err != nil {
 						t.Fatal(err)
